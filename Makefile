@@ -1,0 +1,45 @@
+# newsletter: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck pytest bench system-deps clean help
+
+help:
+	@echo "make demo    - build .venv, install, run one full edition on the bundled demo (SQLite, snapshot feeds, local SMTP sink)"
+	@echo "make test    - build .venv with dev extras, run ruff, mypy and pytest"
+	@echo "make bench   - run the benchmarks under bench/ and update docs/benchmarks.md"
+	@echo "make clean   - remove .venv and var/"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(BIN)/newsletter --config config/demo.yaml demo --dir var/demo
+
+# Debian packages the test suite needs (headless Chromium for the page and digest checks).
+system-deps:
+	@bash .ci/system-deps
+
+test: $(STAMP_DEV) system-deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+bench: $(STAMP_DEV)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) var
