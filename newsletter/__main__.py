@@ -1,0 +1,3 @@
+from newsletter.cli import main
+
+main()

@@ -1,0 +1,698 @@
+"""YAML config → validated, frozen settings.
+
+Every mistake is reported as ``file:line: key.path: what is wrong``: unknown keys, bad values,
+duplicate keys, topics a subscriber names but nobody defined. Paths inside a config file (feed
+files, a SQLite database) are relative to the file's own folder. Secrets come from the
+environment: ``NEWSLETTER_DATABASE_URL`` overrides ``database.url``, and the SMTP password is read
+from the variable that ``smtp.password_env`` names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.utils import parseaddr
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from newsletter.errors import ConfigError
+
+ENV_CONFIG = "NEWSLETTER_CONFIG"
+ENV_DATABASE_URL = "NEWSLETTER_DATABASE_URL"
+DEFAULT_CONFIG = "newsletter.yaml"
+
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _check_timezone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as e:
+        raise ValueError(
+            f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')"
+        ) from e
+    return value
+
+
+def _check_address(value: str) -> str:
+    from newsletter.addresses import normalize_address
+
+    return normalize_address(value)
+
+
+class DatabaseSettings(_Strict):
+    url: str = "sqlite:///var/newsletter.db"
+    """SQLAlchemy URL. SQLite paths are relative to the config file; PostgreSQL: postgresql+psycopg://..."""
+
+
+class SenderSettings(_Strict):
+    from_: str = Field(default="Trending Papers <digest@localhost>", alias="from")
+    reply_to: str | None = None
+    domain: str | None = None
+    """Domain for Message-IDs; defaults to the From address's domain."""
+    postal_address: str = ""
+    list_id: str | None = None
+    base_url: str = "http://localhost:8000"
+    """Public URL of the web app: unsubscribe, manage and archive links point here."""
+    contact: str | None = None
+    """Operator contact (email or URL) named in the fetcher's User-Agent."""
+
+    @field_validator("from_", "reply_to")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if "\r" in value or "\n" in value:
+            raise ValueError("must be on one line")
+        _, addr = parseaddr(value)
+        if "@" not in addr:
+            raise ValueError(f"{value!r} is not an address like 'Name <digest@example.org>'")
+        _check_address(addr)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value.rstrip("/")
+
+    @property
+    def from_address(self) -> str:
+        return parseaddr(self.from_)[1]
+
+    @property
+    def from_name(self) -> str:
+        return parseaddr(self.from_)[0]
+
+    @property
+    def message_domain(self) -> str:
+        return self.domain or self.from_address.rpartition("@")[2]
+
+
+class SmtpSettings(_Strict):
+    host: str = "localhost"
+    port: int = Field(default=25, ge=1, le=65535)
+    security: Literal["none", "starttls", "tls"] = "none"
+    username: str | None = None
+    password_env: str = "NEWSLETTER_SMTP_PASSWORD"  # noqa: S105 - the variable's name, not a secret
+    timeout: float = Field(default=30.0, gt=0)
+    pool_size: int = Field(default=4, ge=1, le=64)
+    rate_per_second: float | None = Field(default=None, gt=0)
+    rate_per_hour: int | None = Field(default=None, gt=0)
+    dev_recipient: str | None = None
+    """Send every message to this one address instead of the subscriber (for trying things out)."""
+
+    @field_validator("dev_recipient")
+    @classmethod
+    def _dev(cls, value: str | None) -> str | None:
+        return None if value is None else _check_address(value)
+
+    def password(self) -> str | None:
+        return os.environ.get(self.password_env)
+
+
+SourceKind = Literal["arxiv_rss", "arxiv_api", "hf_daily", "feed"]
+
+
+class SourceSettings(_Strict):
+    name: str
+    kind: SourceKind
+    url: str
+    """http(s) URL, file:// URL, or a path relative to the config file."""
+    enabled: bool = True
+    allow_private: bool = False
+    """Allow this source to resolve to loopback or private addresses (an intranet mirror)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _SLUG.match(value):
+            raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
+        return value
+
+
+Keyword = str | list[str]
+
+_CATEGORY = re.compile(r"^[a-z][a-z-]*(\.[A-Za-z][A-Za-z-]*)?$")
+
+
+def _keyword_problem(words: list[str]) -> str | None:
+    from newsletter.rank import phrase_terms
+
+    if not words:
+        return "an alias list must not be empty"
+    for w in words:
+        if not isinstance(w, str) or not w.strip():
+            return "keywords must be non-empty strings or non-empty lists of aliases"
+        if not phrase_terms(w):
+            return f"{w!r} has no letters or digits to match"
+    return None
+
+
+class TopicSettings(_Strict):
+    name: str
+    title: str | None = None
+    keywords: list[Keyword] = Field(default_factory=list)
+    """Words or phrases; a list inside the list is a set of aliases (``[MoE, mixture of experts]``)."""
+    all: list[Keyword] = Field(default_factory=list)
+    """Each of these must match too."""
+    exclude: list[Keyword] = Field(default_factory=list)
+    """Papers matching any of these are never shown for this topic."""
+    categories: list[str] = Field(default_factory=list)
+    """arXiv categories (``cs.LG``); cross-lists count. Papers must be in one of them."""
+    authors: list[str] = Field(default_factory=list)
+    min_score: float = Field(default=0.0, ge=0)
+    """Drop papers whose relevance (before trending) is below this."""
+    max_items: int | None = Field(default=None, ge=1, le=100)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _SLUG.match(value):
+            raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
+        return value
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\n" in value or "\r" in value):
+            raise ValueError("a title must be one non-empty line")
+        return value
+
+    @field_validator("keywords", "all", "exclude")
+    @classmethod
+    def _keywords(cls, value: list[Keyword]) -> list[Keyword]:
+        from newsletter.rank import Vocabulary
+
+        vocab = Vocabulary()
+        seen: dict[int, int] = {}
+        for i, entry in enumerate(value):
+            words = [entry] if isinstance(entry, str) else entry
+            problem = _keyword_problem(words)
+            if problem:
+                raise ValueError(f"entry {i + 1} ({entry!r}): {problem}")
+            terms = {t for w in words for t in vocab.alias_terms(w)}
+            for t in sorted(terms):
+                if t in seen and seen[t] != i:
+                    raise ValueError(
+                        f"entry {i + 1} ({entry!r}) matches the same words as entry "
+                        f"{seen[t] + 1}; put aliases in one list"
+                    )
+                seen[t] = i
+        return value
+
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, value: list[str]) -> list[str]:
+        for c in value:
+            if not _CATEGORY.match(c.strip()):
+                raise ValueError(
+                    f"{c!r} is not an arXiv category (write them like cs.LG, stat.ML or hep-th)"
+                )
+        return value
+
+    @field_validator("authors")
+    @classmethod
+    def _authors(cls, value: list[str]) -> list[str]:
+        from newsletter.rank import author_key
+
+        for a in value:
+            if not author_key(a):
+                raise ValueError(f"{a!r} is not a name")
+        return value
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name.replace("-", " ").replace("_", " ").capitalize()
+
+    def match_rules(self) -> bool:
+        return bool(self.keywords or self.all or self.categories or self.authors)
+
+    def conflicts(self) -> list[str]:
+        """Keywords that are also excluded: such a topic could never show them."""
+        from newsletter.rank import phrase_terms
+
+        excluded = {t for e in self.exclude for w in _words(e) for t in phrase_terms(w)}
+        return [
+            w
+            for e in (*self.keywords, *self.all)
+            for w in _words(e)
+            if any(t in excluded for t in phrase_terms(w))
+        ]
+
+
+def _words(entry: Keyword) -> list[str]:
+    return [entry] if isinstance(entry, str) else list(entry)
+
+
+class DigestSettings(_Strict):
+    max_items: int = Field(default=10, ge=1, le=100)
+    empty: Literal["skip", "send"] = "skip"
+    """What to do when nothing new matches: skip the edition, or send a short 'nothing new' note."""
+    subject: str = "{count} new papers in {topics} · {date:%b %d}"
+    lookback_days: int = Field(default=7, ge=1, le=365)
+    """Papers first seen more than this many days ago are no longer 'new'."""
+    group_by_topic: bool = True
+    templates_dir: str | None = None
+    """A folder whose templates take precedence over the shipped ones."""
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, value: str) -> str:
+        from datetime import date
+
+        try:
+            value.format(count=1, topics="x", date=date(2026, 1, 1), name="x")
+        except (KeyError, ValueError, IndexError) as e:
+            raise ValueError(
+                f"bad subject template {value!r}: {e}; fields are {{count}}, {{topics}}, "
+                "{date:%b %d}, {name}"
+            ) from e
+        return value
+
+
+class SubscriberSeed(_Strict):
+    email: str
+    name: str = ""
+    topics: list[str] = Field(default_factory=list)
+    timezone: str | None = None
+
+    @field_validator("email")
+    @classmethod
+    def _email(cls, value: str) -> str:
+        return _check_address(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str | None) -> str | None:
+        return None if value is None else _check_timezone(value)
+
+
+class FetchTime(_Strict):
+    cron: str
+    """Five-field crontab: minute hour day month weekday, e.g. "30 20 * * sun,mon,tue,wed,thu".
+
+    Weekdays by name: APScheduler numbers them from Monday=0, so ranges like "sun-thu" wrap.
+    """
+    timezone: str = "America/New_York"
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as e:
+            raise ValueError(
+                f"bad crontab {value!r}: {e} (e.g. '30 20 * * sun,mon,tue,wed,thu')"
+            ) from e
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _check_timezone(value)
+
+
+def _default_fetch_times() -> list[FetchTime]:
+    # arXiv announces at 20:00 US Eastern, Sunday to Thursday; fetch shortly after, and once in
+    # the early morning so Hugging Face upvotes are fresh before the first editions go out.
+    return [
+        FetchTime(cron="30 20 * * sun,mon,tue,wed,thu", timezone="America/New_York"),
+        FetchTime(cron="0 4 * * *", timezone="UTC"),
+    ]
+
+
+class ScheduleSettings(_Strict):
+    timezone: str = "UTC"
+    """Default timezone for subscribers who did not choose one, and for edition dates."""
+    send_hour: int = Field(default=7, ge=0, le=23)
+    """Default local hour of the edition for subscribers who did not choose one."""
+    weekly_weekday: int = Field(default=0, ge=0, le=6)
+    """The day weekly editions go out: Monday=0 … Sunday=6."""
+    fetch: list[FetchTime] = Field(default_factory=_default_fetch_times)
+    tick_minutes: int = Field(default=5, ge=1, le=60)
+    """How often the scheduler looks for due editions."""
+    misfire_grace_minutes: int = Field(default=360, ge=0)
+    """An edition more than this late (the machine was down) is reported missed, not sent."""
+    coalesce: bool = True
+    """After downtime, run a missed fetch once instead of once per missed time."""
+    no_listing: Literal["skip", "send"] = "skip"
+    """When arXiv announced nothing since a subscriber's last edition (Fridays and Saturdays):
+    skip the edition, recording why (its papers wait for the next one), or send what there is."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        return _check_timezone(value)
+
+
+class WebSettings(_Strict):
+    secret_key_env: str = "NEWSLETTER_SECRET_KEY"  # noqa: S105 - the variable's name, not a secret
+    secret_key: str | None = None
+    """Signs unsubscribe and manage links. Prefer the environment variable named above."""
+    secret_key_file: str = "var/secret.key"  # noqa: S105 - a path, not a secret
+    """Used when neither is set: created with a random key on first use (relative to the config)."""
+    host: str = "127.0.0.1"
+    """Where ``newsletter serve`` listens. Put a TLS-terminating proxy in front for the public."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    forwarded_allow_ips: str = "127.0.0.1"
+    """Proxies whose X-Forwarded-For is trusted for the client address (comma-separated, or '*')."""
+    confirm_days: int = Field(default=3, ge=1, le=30)
+    """How long a confirmation link stays valid."""
+    rate_limit: RateLimitSettings = Field(default_factory=lambda: RateLimitSettings())
+    admin_token_env: str = "NEWSLETTER_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
+    """The admin endpoint (POST /admin/send) is enabled when this variable holds a token."""
+
+    def admin_token(self) -> str | None:
+        return os.environ.get(self.admin_token_env) or None
+
+
+class RateLimitSettings(_Strict):
+    """Limits on subscription requests (web form, JSON API, email), against subscription bombing."""
+
+    per_ip: int = Field(default=10, ge=1)
+    """Requests one client address may make per ``per_ip_window`` seconds."""
+    per_ip_window: int = Field(default=3600, ge=1)
+    per_address: int = Field(default=3, ge=1)
+    """Confirmation or reminder mails one email address may be sent per ``per_address_window``."""
+    per_address_window: int = Field(default=86400, ge=1)
+
+
+class InboundSettings(_Strict):
+    """``newsletter inbound``: the SMTP/LMTP receiver for email commands (subscribe, help...)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8025, ge=1, le=65535)
+    lmtp: bool = False
+    """Speak LMTP instead of SMTP (for a Postfix ``lmtp:`` transport)."""
+    address: str | None = None
+    """The request address (e.g. papers-request@example.org); other recipients are refused."""
+    max_size: int = Field(default=256 * 1024, ge=1024)
+    """Largest message accepted, in bytes (commands are short)."""
+
+    @field_validator("address")
+    @classmethod
+    def _addr(cls, value: str | None) -> str | None:
+        return None if value is None else _check_address(value)
+
+
+class AlertSettings(_Strict):
+    email: str | None = None
+    """Operator address for alerts: a failed run, or a weekday fetch that found no papers."""
+    on_empty_weekday_fetch: bool = True
+
+    @field_validator("email")
+    @classmethod
+    def _addr(cls, value: str | None) -> str | None:
+        return None if value is None else _check_address(value)
+
+
+class Settings(_Strict):
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    sender: SenderSettings = Field(default_factory=SenderSettings)
+    smtp: SmtpSettings = Field(default_factory=SmtpSettings)
+    sources: list[SourceSettings] = Field(default_factory=list)
+    topics: list[TopicSettings] = Field(default_factory=list)
+    digest: DigestSettings = Field(default_factory=DigestSettings)
+    subscribers: list[SubscriberSeed] = Field(default_factory=list)
+    schedule: ScheduleSettings = Field(default_factory=ScheduleSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    inbound: InboundSettings = Field(default_factory=InboundSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
+
+    def topic(self, name: str) -> TopicSettings:
+        for topic in self.topics:
+            if topic.name == name:
+                return topic
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Validated settings plus where they came from."""
+
+    settings: Settings
+    path: Path
+    database_url: str
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, location: str) -> str:
+        """A source location as the fetcher takes it: URLs unchanged, paths made absolute."""
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", location):
+            return location
+        return str((self.base_dir / location).resolve())
+
+    def secret_key(self) -> str:
+        """The key that signs links: environment, else config, else a generated key file."""
+        web = self.settings.web
+        key = os.environ.get(web.secret_key_env) or web.secret_key
+        if key:
+            return key
+        path = self.base_dir / web.secret_key_file
+        try:
+            if not path.exists():
+                import secrets
+
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_urlsafe(48))
+            return path.read_text().strip()
+        except FileExistsError:
+            return path.read_text().strip()
+        except OSError as e:
+            raise ConfigError(
+                str(self.path),
+                [
+                    f"{self.path}: web: no secret key: set ${web.secret_key_env}, or make {path} writable ({e.strerror})"
+                ],
+            ) from e
+
+    def templates_dir(self) -> Path | None:
+        d = self.settings.digest.templates_dir
+        return None if d is None else (self.base_dir / d).resolve()
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+Loc = tuple[str | int, ...]
+_SCALARS = yaml.SafeLoader("")
+
+
+def _to_python(
+    node: yaml.Node, path: Loc, lines: dict[Loc, int], problems: list[str], file: str
+) -> Any:
+    """Turn a composed YAML node into Python data, recording the line of every key path."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(f"{file}:{key_node.start_mark.line + 1}: keys must be plain words")
+                continue
+            sub = (*path, key)
+            if key in result:
+                problems.append(
+                    f"{file}:{key_node.start_mark.line + 1}: {_dotted(sub)}: duplicate key "
+                    f"(first given on line {lines[sub]})"
+                )
+                continue
+            lines[sub] = key_node.start_mark.line + 1
+            result[key] = _to_python(value_node, sub, lines, problems, file)
+            lines[sub] = key_node.start_mark.line + 1
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            _to_python(item, (*path, i), lines, problems, file) for i, item in enumerate(node.value)
+        ]
+    return _SCALARS.construct_object(node)
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _line_for(loc: Loc, lines: Mapping[Loc, int]) -> int:
+    for end in range(len(loc), -1, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Loc:
+    # pydantic puts union-member names ("str", "list[str]") in locations; they are not config keys.
+    return tuple(
+        p for p in loc if isinstance(p, int) or not re.match(r"^(str|list\[|function-)", p)
+    )
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; see config/newsletter.example.yaml)"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err["msg"])
+    return msg.removeprefix("Value error, ")
+
+
+def _cross_check(settings: Settings, lines: Mapping[Loc, int], file: str) -> list[str]:
+    problems: list[str] = []
+
+    def add(loc: Loc, why: str) -> None:
+        problems.append(f"{file}:{_line_for(loc, lines)}: {_dotted(loc)}: {why}")
+
+    seen: dict[str, int] = {}
+    for i, topic in enumerate(settings.topics):
+        if topic.name in seen:
+            add(
+                ("topics", i, "name"),
+                f"topic {topic.name!r} is defined twice (also topics[{seen[topic.name]}])",
+            )
+        seen[topic.name] = i
+        if not topic.match_rules():
+            add(("topics", i), f"topic {topic.name!r} needs keywords, categories or authors")
+        for word in topic.conflicts():
+            add(
+                ("topics", i, "exclude"),
+                f"topic {topic.name!r}: {word!r} is both wanted and excluded; remove one",
+            )
+    names = set(seen)
+    seen_sources: dict[str, int] = {}
+    for i, source in enumerate(settings.sources):
+        if source.name in seen_sources:
+            add(("sources", i, "name"), f"source {source.name!r} is defined twice")
+        seen_sources[source.name] = i
+    seen_emails: dict[str, int] = {}
+    for i, sub in enumerate(settings.subscribers):
+        if sub.email in seen_emails:
+            add(("subscribers", i, "email"), f"{sub.email} is listed twice")
+        seen_emails[sub.email] = i
+        for j, t in enumerate(sub.topics):
+            if t not in names:
+                known = ", ".join(sorted(names)) or "none defined"
+                add(("subscribers", i, "topics", j), f"unknown topic {t!r} (topics: {known})")
+    return problems
+
+
+def _topic_hint(loc: Loc, data: Mapping[str, Any]) -> str:
+    """`` (in topic 'moe')`` for a problem inside a named topic, so the reader finds it by name."""
+    if len(loc) < 2 or loc[0] != "topics" or not isinstance(loc[1], int):
+        return ""
+    topics = data.get("topics")
+    if not isinstance(topics, list) or loc[1] >= len(topics):
+        return ""
+    topic = topics[loc[1]]
+    name = topic.get("name") if isinstance(topic, dict) else None
+    return f" (in topic {name!r})" if isinstance(name, str) and len(loc) > 2 else ""
+
+
+def parse_config(text: str, file: str = "<config>") -> tuple[Settings, dict[Loc, int]]:
+    """Parse and validate config text. Raises :class:`ConfigError` naming file, line and key."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(file, [f"{file}:{line}: not valid YAML: {problem}"]) from e
+    lines: dict[Loc, int] = {}
+    problems: list[str] = []
+    data = {} if root is None else _to_python(root, (), lines, problems, file)
+    if not isinstance(data, dict):
+        raise ConfigError(file, [f"{file}:1: the top level must be a mapping of keys"])
+    if problems:
+        raise ConfigError(file, problems)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as e:
+        for err in e.errors():
+            loc = _clean_loc(err["loc"])
+            problems.append(
+                f"{file}:{_line_for(loc, lines)}: {_dotted(loc)}: {_describe(err)}"
+                + _topic_hint(loc, data)
+            )
+        raise ConfigError(file, list(dict.fromkeys(problems))) from e
+    problems = _cross_check(settings, lines, file)
+    if problems:
+        raise ConfigError(file, problems)
+    return settings, lines
+
+
+def _resolve_db_url(url: str, base: Path) -> str:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith("sqlite:////"):
+        rest = url[len(prefix) :]
+        if rest and rest != ":memory:":
+            return prefix + str((base / rest).resolve())
+    return url
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the config at ``path``, else ``$NEWSLETTER_CONFIG``, else ``./newsletter.yaml``."""
+    chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ConfigError(
+            str(chosen),
+            [f"{chosen}: no such config file; create one with 'newsletter init' or pass --config"],
+        ) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(str(chosen), [f"{chosen}: cannot read: {e}"]) from e
+    settings, _ = parse_config(text, str(chosen))
+    base = chosen.resolve().parent
+    url = os.environ.get(ENV_DATABASE_URL) or settings.database.url
+    return Config(settings=settings, path=chosen.resolve(), database_url=_resolve_db_url(url, base))
+
+
+def config_from_settings(settings: Settings, base_dir: Path) -> Config:
+    """A Config for settings built in code (tests, the demo)."""
+    return Config(
+        settings=settings,
+        path=base_dir / DEFAULT_CONFIG,
+        database_url=_resolve_db_url(settings.database.url, base_dir),
+    )
+
+
+__all__ = [
+    "AlertSettings",
+    "Config",
+    "ConfigError",
+    "DatabaseSettings",
+    "DigestSettings",
+    "FetchTime",
+    "InboundSettings",
+    "RateLimitSettings",
+    "ScheduleSettings",
+    "SenderSettings",
+    "Settings",
+    "SmtpSettings",
+    "SourceSettings",
+    "SubscriberSeed",
+    "TopicSettings",
+    "WebSettings",
+    "load_config",
+    "parse_config",
+]

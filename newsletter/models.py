@@ -1,0 +1,153 @@
+"""Domain types: frozen dataclasses with tuples and timezone-aware UTC datetimes.
+
+``PaperData`` is a paper as one source gives it; ``Paper`` is the merged, stored record.
+ORM rows never leave ``newsletter.store``; these types are what the rest of the code sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from enum import StrEnum
+
+
+class AnnounceType(StrEnum):
+    """How a listing announced a paper (arXiv's ``arxiv:announce_type``)."""
+
+    NEW = "new"
+    CROSS = "cross"
+    REPLACE = "replace"
+    REPLACE_CROSS = "replace-cross"
+
+    @property
+    def is_update(self) -> bool:
+        """A replacement updates a known paper; it never announces it as new."""
+        return self in (AnnounceType.REPLACE, AnnounceType.REPLACE_CROSS)
+
+
+@dataclass(frozen=True, slots=True)
+class PaperData:
+    """One paper as one source announced it."""
+
+    key: str
+    """Source-independent identity: a versionless arXiv id, ``doi:...`` or ``url:...``."""
+    title: str
+    abstract: str = ""
+    authors: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    url: str = ""
+    pdf_url: str | None = None
+    code_url: str | None = None
+    version: int | None = None
+    announce_type: AnnounceType | None = None
+    published: datetime | None = None
+    upvotes: int | None = None
+    comments: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Paper:
+    """A paper as stored: merged from every source that announced it."""
+
+    id: int
+    key: str
+    title: str
+    abstract: str
+    authors: tuple[str, ...]
+    categories: tuple[str, ...]
+    url: str
+    pdf_url: str | None
+    code_url: str | None
+    version: int | None
+    published: datetime | None
+    first_seen: datetime
+    updated: datetime
+    sources: tuple[str, ...]
+    upvotes: int | None = None
+    comments: int | None = None
+    upvote_velocity: float | None = None
+    """Upvotes gained per hour over the recent signal history, when there is one."""
+
+
+class SubscriberStatus(StrEnum):
+    PENDING = "pending"
+    ACTIVE = "active"
+    PAUSED = "paused"
+    UNSUBSCRIBED = "unsubscribed"
+    SUPPRESSED = "suppressed"
+
+
+class Frequency(StrEnum):
+    DAILY = "daily"
+    WEEKLY = "weekly"
+
+
+@dataclass(frozen=True, slots=True)
+class Subscriber:
+    id: int
+    email: str
+    name: str
+    status: SubscriberStatus
+    topics: tuple[str, ...]
+    timezone: str
+    created: datetime
+    send_hour: int | None = None
+    """Preferred local hour for the digest; ``None`` means the operator's ``schedule.send_hour``."""
+    frequency: Frequency = Frequency.DAILY
+    confirmed: datetime | None = None
+    """When the person confirmed (double opt-in); ``None`` for operator-added subscribers."""
+
+
+@dataclass(frozen=True, slots=True)
+class DigestItem:
+    """One paper placed in one digest, with why it was picked."""
+
+    paper: Paper
+    topic: str
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSection:
+    """The items of one topic in a digest (one section per topic, or one merged section)."""
+
+    name: str
+    title: str
+    items: tuple[DigestItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """One edition for one subscriber and date: what will be rendered and sent."""
+
+    subscriber: Subscriber
+    edition_date: date
+    sections: tuple[TopicSection, ...]
+    topic_titles: tuple[str, ...] = field(default=())
+
+    @property
+    def items(self) -> tuple[DigestItem, ...]:
+        return tuple(item for section in self.sections for item in section.items)
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(section.items for section in self.sections)
+
+
+class EditionStatus(StrEnum):
+    """States of a ledger row ``(subscriber, edition_date)``.
+
+    ``claimed`` rows hold a Message-ID and are resumed with it after a crash; ``sending`` means the
+    message was being handed to the relay; ``unknown`` means the relay dropped the line after the
+    final dot, so it may or may not have been accepted; ``deferred`` means the relay answered
+    with a temporary failure: a later run retries it with the same Message-ID.
+    """
+
+    CLAIMED = "claimed"
+    SENDING = "sending"
+    SENT = "sent"
+    DEFERRED = "deferred"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    SKIPPED = "skipped"
