@@ -1,0 +1,239 @@
+"""Fetch → parse → decide → write, one source at a time; one bad source never stops the rest.
+
+:func:`decide` is pure: given what a source announced and what is stored, it says what to
+insert and what to update. Only :func:`run_fetch` touches the network and the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from newsletter.config import Config, SourceSettings
+from newsletter.models import Paper, PaperData
+from newsletter.sources import PARSERS
+from newsletter.sources.base import Skipped
+from newsletter.sources.fetch import Fetcher, FetchError
+from newsletter.store import PaperWrite, SourceState, Store
+from newsletter.store.db import content_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceReport:
+    source: str
+    url: str
+    entries: int = 0
+    new: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped: tuple[Skipped, ...] = ()
+    errors: tuple[str, ...] = ()
+    not_modified: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReport:
+    sources: tuple[SourceReport, ...] = field(default=())
+
+    @property
+    def new(self) -> int:
+        return sum(s.new for s in self.sources)
+
+    @property
+    def updated(self) -> int:
+        return sum(s.updated for s in self.sources)
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.sources)
+
+    @property
+    def failed(self) -> tuple[SourceReport, ...]:
+        return tuple(s for s in self.sources if not s.ok)
+
+
+def _merge(old: Paper, new: PaperData) -> PaperData:
+    """The stored paper updated with what a source now says about it."""
+    newer = new.version is not None and (old.version is None or new.version > old.version)
+    same_or_newer = new.version is not None and (old.version is None or new.version >= old.version)
+    text_from_new = newer or (
+        same_or_newer and new.announce_type is not None and new.announce_type.is_update
+    )
+    return PaperData(
+        key=old.key,
+        title=new.title if (text_from_new or not old.title) and new.title else old.title,
+        abstract=new.abstract
+        if (text_from_new or not old.abstract) and new.abstract
+        else old.abstract,
+        authors=new.authors if (text_from_new or not old.authors) and new.authors else old.authors,
+        categories=tuple(dict.fromkeys((*old.categories, *new.categories))),
+        url=old.url or new.url,
+        pdf_url=old.pdf_url or new.pdf_url,
+        code_url=old.code_url or new.code_url,
+        version=max(v for v in (old.version, new.version, 0) if v is not None) or None,
+        announce_type=new.announce_type,
+        published=old.published or new.published,
+        upvotes=new.upvotes if new.upvotes is not None else old.upvotes,
+        comments=new.comments if new.comments is not None else old.comments,
+    )
+
+
+def _fold(first: PaperData, second: PaperData) -> PaperData:
+    """Two entries for one paper within the same batch: one record."""
+    as_paper = Paper(
+        id=0,
+        key=first.key,
+        title=first.title,
+        abstract=first.abstract,
+        authors=first.authors,
+        categories=first.categories,
+        url=first.url,
+        pdf_url=first.pdf_url,
+        code_url=first.code_url,
+        version=first.version,
+        published=first.published,
+        first_seen=datetime.min,
+        updated=datetime.min,
+        sources=(),
+        upvotes=first.upvotes,
+        comments=first.comments,
+    )
+    return replace(
+        _merge(as_paper, second), announce_type=first.announce_type or second.announce_type
+    )
+
+
+def decide(
+    incoming: Sequence[PaperData], existing: Mapping[str, Paper], *, announces_new: bool = True
+) -> list[PaperWrite]:
+    """What to write for a batch of announced papers. Pure: no I/O, no clock."""
+    batch: dict[str, PaperData] = {}
+    for d in incoming:
+        batch[d.key] = _fold(batch[d.key], d) if d.key in batch else d
+    writes: list[PaperWrite] = []
+    for key, d in batch.items():
+        old = existing.get(key)
+        if old is None:
+            announced = announces_new and not (
+                d.announce_type is not None and d.announce_type.is_update
+            )
+            writes.append(PaperWrite(d, None, True, d.upvotes is not None, announced))
+            continue
+        merged = _merge(old, d)
+        meta = content_hash(merged) != content_hash(old)
+        signals = (merged.upvotes, merged.comments) != (old.upvotes, old.comments)
+        writes.append(PaperWrite(merged, old.id, meta, signals))
+    return writes
+
+
+ProgressFn = Callable[[SourceSettings, SourceReport], None]
+
+
+def fetch_source(
+    config: Config, source: SourceSettings, store: Store, fetcher: Fetcher, now: datetime
+) -> SourceReport:
+    """Fetch, parse and store one source. Never raises for a source's own trouble."""
+    started = time.perf_counter()
+    location = config.resolve(source.url)
+    state = store.source_state(source.name)
+    report = SourceReport(source.name, location)
+    try:
+        got = fetcher.fetch(location, etag=state.etag, last_modified=state.last_modified)
+    except FetchError as e:
+        report = replace(report, errors=(str(e),))
+        _save_failure(store, state, now, str(e))
+        log.warning("source %s (%s): %s", source.name, location, e)
+        return replace(report, seconds=time.perf_counter() - started)
+    if got.not_modified:
+        store.save_source_state(
+            replace(
+                state, last_fetch=now, last_success=now, last_error=None, consecutive_failures=0
+            )
+        )
+        return replace(report, not_modified=True, seconds=time.perf_counter() - started)
+    assert got.body is not None
+    parsed = PARSERS[source.kind](got.body, location)
+    for s in parsed.skipped:
+        log.info("source %s: skipped %s: %s", source.name, s.what, s.reason)
+    existing = store.papers_by_keys(p.key for p in parsed.papers)
+    writes = decide(parsed.papers, existing)
+    store.write_papers(source.name, writes, now)
+    new = sum(1 for w in writes if w.paper_id is None)
+    updated = sum(
+        1 for w in writes if w.paper_id is not None and (w.metadata_changed or w.signals_changed)
+    )
+    problems = parsed.problems
+    report = replace(
+        report,
+        entries=parsed.entries,
+        new=new,
+        updated=updated,
+        unchanged=len(writes) - new - updated,
+        skipped=parsed.skipped,
+        errors=problems,
+    )
+    if problems:
+        log.warning("source %s (%s): %s", source.name, location, "; ".join(problems))
+        _save_failure(store, state, now, "; ".join(problems), count=len(writes))
+    else:
+        store.save_source_state(
+            SourceState(source.name, got.etag, got.last_modified, now, now, None, len(writes), 0)
+        )
+    return replace(report, seconds=time.perf_counter() - started)
+
+
+def _save_failure(
+    store: Store, state: SourceState, now: datetime, error: str, count: int | None = None
+) -> None:
+    store.save_source_state(
+        replace(
+            state,
+            last_fetch=now,
+            last_error=error,
+            last_count=count if count is not None else state.last_count,
+            consecutive_failures=state.consecutive_failures + 1,
+        )
+    )
+
+
+def run_fetch(
+    config: Config,
+    store: Store,
+    now: datetime,
+    *,
+    fetcher: Fetcher | None = None,
+    only: Sequence[str] = (),
+    progress: ProgressFn | None = None,
+) -> FetchReport:
+    """Fetch every enabled source (or those named in ``only``), isolating failures per source."""
+    own = fetcher is None
+    fetcher = fetcher or Fetcher(contact=config.settings.sender.contact)
+    reports: list[SourceReport] = []
+    try:
+        for source in config.settings.sources:
+            if not source.enabled or (only and source.name not in only):
+                continue
+            try:
+                report = fetch_source(config, source, store, fetcher, now)
+            except Exception as e:  # one source's unexpected failure must not stop the others
+                log.exception("source %s failed unexpectedly", source.name)
+                report = SourceReport(
+                    source.name, source.url, errors=(f"unexpected error: {type(e).__name__}: {e}",)
+                )
+            reports.append(report)
+            if progress is not None:
+                progress(source, report)
+    finally:
+        if own:
+            fetcher.close()
+    return FetchReport(tuple(reports))

@@ -1,0 +1,1104 @@
+"""The Store: every query newsletter runs, on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    Table,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import SQLAlchemyError as _SAError
+
+from newsletter.errors import StoreError
+from newsletter.models import (
+    EditionStatus,
+    Frequency,
+    Paper,
+    PaperData,
+    Subscriber,
+    SubscriberStatus,
+)
+from newsletter.store import tables as t
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def normalize_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 here (the driver we ship), not psycopg2."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def content_hash(p: PaperData | Paper) -> str:
+    """What decides whether an update to a paper's metadata matters."""
+    blob = json.dumps(
+        [
+            p.title,
+            p.abstract,
+            list(p.authors),
+            sorted(p.categories),
+            p.version,
+            p.pdf_url,
+            p.code_url,
+        ],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PaperWrite:
+    """One row to insert or update, decided by :mod:`newsletter.ingest`."""
+
+    data: PaperData
+    paper_id: int | None
+    """``None`` inserts a new paper; otherwise the stored paper to update."""
+    metadata_changed: bool
+    signals_changed: bool
+    announced: bool = True
+    """For inserts: False when the paper is only an update or backfill and must not count as new."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditionClaim:
+    id: int
+    subscriber_id: int
+    edition_date: date
+    message_id: str
+    resumed: bool
+    """True when this run took over a claim that an earlier, interrupted run made."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditionRecord:
+    id: int
+    subscriber_id: int
+    email: str
+    edition_date: date
+    status: EditionStatus
+    message_id: str
+    attempts: int
+    item_count: int
+    last_error: str | None
+    claimed: datetime
+    finished: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    source: str
+    etag: str | None = None
+    last_modified: str | None = None
+    last_fetch: datetime | None = None
+    last_success: datetime | None = None
+    last_error: str | None = None
+    last_count: int | None = None
+    consecutive_failures: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: int
+    kind: str
+    started: datetime
+    finished: datetime | None
+    status: str
+    counts: dict[str, Any]
+    error: str | None
+
+
+class Store:
+    """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None, **engine_kw: Any) -> None:
+        self.url = normalize_url(url)
+        if engine is None:
+            if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
+                Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(self.url, **engine_kw)
+        self.engine = engine
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------ schema
+
+    def _alembic_config(self, connection: Connection) -> Any:
+        from alembic.config import Config as AlembicConfig
+
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = connection
+        return cfg
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Migrate the schema to ``revision`` (Alembic)."""
+        from alembic import command
+
+        try:
+            with self.engine.begin() as conn:
+                command.upgrade(self._alembic_config(conn), revision)
+        except OperationalError as e:
+            raise StoreError(f"cannot open the database {self._safe_url()}: {e.orig}") from e
+
+    def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def head_revision(self) -> str | None:
+        from alembic.script import ScriptDirectory
+
+        with self.engine.connect() as conn:
+            return ScriptDirectory.from_config(self._alembic_config(conn)).get_current_head()
+
+    def check_schema(self) -> None:
+        """Raise :class:`StoreError` with the fix when the database is not migrated."""
+        try:
+            current = self.current_revision()
+        except (OperationalError, ProgrammingError) as e:
+            raise StoreError(f"cannot open the database {self._safe_url()}: {e.orig}") from e
+        head = self.head_revision()
+        if current != head:
+            state = (
+                "is empty" if current is None else f"is at revision {current}, code needs {head}"
+            )
+            raise StoreError(
+                f"the database {self._safe_url()} {state}; run 'newsletter db upgrade' first"
+            )
+
+    def _safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def _insert(self, table: Table) -> Insert:
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table)
+
+    # ------------------------------------------------------------------ papers
+
+    def papers_by_keys(self, keys: Iterable[str]) -> dict[str, Paper]:
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, Paper] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                rows = conn.execute(select(t.papers).where(t.papers.c.key.in_(chunk))).all()
+                ids = [r.id for r in rows]
+                sources = self._sources_for(conn, ids)
+                for r in rows:
+                    out[r.key] = _paper(r, sources.get(r.id, ()))
+        return out
+
+    def _sources_for(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        found: dict[int, list[str]] = {}
+        for start in range(0, len(ids), 500):
+            q = (
+                select(t.paper_sources.c.paper_id, t.paper_sources.c.source)
+                .where(t.paper_sources.c.paper_id.in_(ids[start : start + 500]))
+                .order_by(
+                    t.paper_sources.c.paper_id,
+                    t.paper_sources.c.first_seen,
+                    t.paper_sources.c.source,
+                )
+            )
+            for pid, src in conn.execute(q):
+                found.setdefault(pid, []).append(src)
+        return {k: tuple(v) for k, v in found.items()}
+
+    def write_papers(
+        self, source: str, writes: Sequence[PaperWrite], now: datetime
+    ) -> dict[str, int]:
+        """Apply ingest decisions in one transaction: inserts, updates, source links, signals.
+
+        Returns the stored id of every paper key written.
+        """
+        ids: dict[str, int] = {}
+        with self.engine.begin() as conn:
+            for w in writes:
+                d = w.data
+                if w.paper_id is None:
+                    row = _paper_row(d)
+                    row.update(first_seen=now, updated=now, announced=w.announced)
+                    pid = conn.execute(
+                        t.papers.insert().values(**row).returning(t.papers.c.id)
+                    ).scalar_one()
+                else:
+                    pid = w.paper_id
+                    values: dict[str, Any] = {}
+                    if w.metadata_changed:
+                        values.update(_paper_row(d), updated=now)
+                        values.pop("upvotes", None)
+                        values.pop("comments", None)
+                    if w.signals_changed:
+                        values.update(upvotes=d.upvotes, comments=d.comments)
+                    if values:
+                        conn.execute(update(t.papers).where(t.papers.c.id == pid).values(**values))
+                ids[d.key] = pid
+                if w.signals_changed or (w.paper_id is None and d.upvotes is not None):
+                    conn.execute(
+                        self._insert(t.paper_signals)
+                        .values(
+                            paper_id=pid,
+                            observed=now,
+                            source=source,
+                            upvotes=d.upvotes,
+                            comments=d.comments,
+                        )
+                        .on_conflict_do_nothing()  # type: ignore[attr-defined]
+                    )
+            if ids:
+                links = [
+                    {"paper_id": pid, "source": source, "first_seen": now, "last_seen": now}
+                    for pid in ids.values()
+                ]
+                stmt = self._insert(t.paper_sources).values(links)
+                stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+                    index_elements=["paper_id", "source"],
+                    set_={"last_seen": stmt.excluded.last_seen},  # type: ignore[attr-defined]
+                )
+                conn.execute(stmt)
+        return ids
+
+    def recent_papers(self, since: datetime) -> list[Paper]:
+        """Papers first seen at or after ``since``, oldest first, with their sources."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.papers)
+                .where(t.papers.c.first_seen >= since, t.papers.c.announced.is_(True))
+                .order_by(t.papers.c.first_seen, t.papers.c.id)
+            ).all()
+            sources = self._sources_for(conn, [r.id for r in rows])
+            return [_paper(r, sources.get(r.id, ())) for r in rows]
+
+    def count_papers(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(t.papers)).scalar_one())
+
+    def sent_paper_ids(self, subscriber_ids: Sequence[int]) -> dict[int, set[int]]:
+        """For each subscriber, the ids of every paper already placed in a sent digest."""
+        out: dict[int, set[int]] = {sid: set() for sid in subscriber_ids}
+        with self.engine.connect() as conn:
+            for start in range(0, len(subscriber_ids), 500):
+                q = select(t.sent_papers.c.subscriber_id, t.sent_papers.c.paper_id).where(
+                    t.sent_papers.c.subscriber_id.in_(subscriber_ids[start : start + 500])
+                )
+                for sid, pid in conn.execute(q):
+                    out[sid].add(pid)
+        return out
+
+    # ------------------------------------------------------------------ subscribers
+
+    def add_subscriber(
+        self,
+        email: str,
+        *,
+        name: str = "",
+        topics: Sequence[str] = (),
+        timezone: str = "UTC",
+        status: SubscriberStatus = SubscriberStatus.ACTIVE,
+        now: datetime,
+        consent: dict[str, Any] | None = None,
+    ) -> tuple[Subscriber, bool]:
+        """Insert a subscriber, or return the existing one. The bool says whether it was created."""
+        with self.engine.begin() as conn:
+            stmt = (
+                self._insert(t.subscribers)
+                .values(
+                    email=email,
+                    name=name,
+                    status=status.value,
+                    timezone=timezone,
+                    created=now,
+                    status_changed=now,
+                    permanent_failures=0,
+                    consent=consent,
+                )
+                .on_conflict_do_nothing(index_elements=["email"])  # type: ignore[attr-defined]
+                .returning(t.subscribers.c.id)
+            )
+            inserted = conn.execute(stmt).scalar()
+            created = inserted is not None
+            sid = (
+                inserted
+                if created
+                else conn.execute(
+                    select(t.subscribers.c.id).where(t.subscribers.c.email == email)
+                ).scalar_one()
+            )
+            if created and topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": sid, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+        sub = self.get_subscriber(email)
+        assert sub is not None
+        return sub, created
+
+    def set_topics(self, subscriber_id: int, topics: Sequence[str]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
+            )
+            if topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": subscriber_id, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+
+    def set_status(self, email: str, status: SubscriberStatus, now: datetime) -> bool:
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(t.subscribers)
+                .where(t.subscribers.c.email == email)
+                .values(status=status.value, status_changed=now)
+            )
+            return res.rowcount == 1
+
+    def remove_subscriber(self, email: str) -> bool:
+        """Delete a subscriber and everything recorded about them."""
+        with self.engine.begin() as conn:
+            sid = conn.execute(
+                select(t.subscribers.c.id).where(t.subscribers.c.email == email)
+            ).scalar()
+            if sid is None:
+                return False
+            for table in (t.sent_papers, t.subscriptions, t.editions):
+                conn.execute(delete(table).where(table.c.subscriber_id == sid))
+            conn.execute(delete(t.subscribers).where(t.subscribers.c.id == sid))
+            return True
+
+    def get_subscriber(self, email: str) -> Subscriber | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(t.subscribers).where(t.subscribers.c.email == email)).first()
+            if row is None:
+                return None
+            return _subscriber(row, self._topics_for(conn, [row.id]).get(row.id, ()))
+
+    def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.subscribers).where(t.subscribers.c.id == subscriber_id)
+            ).first()
+            if row is None:
+                return None
+            return _subscriber(row, self._topics_for(conn, [row.id]).get(row.id, ()))
+
+    def _topics_for(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        found: dict[int, list[str]] = {}
+        q = (
+            select(t.subscriptions.c.subscriber_id, t.subscriptions.c.topic)
+            .where(t.subscriptions.c.subscriber_id.in_(ids))
+            .order_by(t.subscriptions.c.subscriber_id, t.subscriptions.c.topic)
+        )
+        for sid, topic in conn.execute(q):
+            found.setdefault(sid, []).append(topic)
+        return {k: tuple(v) for k, v in found.items()}
+
+    def iter_subscribers(
+        self, status: SubscriberStatus | None = None, *, batch: int = 1000, email: str | None = None
+    ) -> Iterator[list[Subscriber]]:
+        """Subscribers in id order, in batches (memory stays flat however many there are)."""
+        last = 0
+        while True:
+            with self.engine.connect() as conn:
+                q = select(t.subscribers).where(t.subscribers.c.id > last)
+                if status is not None:
+                    q = q.where(t.subscribers.c.status == status.value)
+                if email is not None:
+                    q = q.where(t.subscribers.c.email == email)
+                rows = conn.execute(q.order_by(t.subscribers.c.id).limit(batch)).all()
+                if not rows:
+                    return
+                topics = self._topics_for(conn, [r.id for r in rows])
+            yield [_subscriber(r, topics.get(r.id, ())) for r in rows]
+            last = rows[-1].id
+
+    def count_subscribers(self, status: SubscriberStatus | None = None) -> int:
+        with self.engine.connect() as conn:
+            q = select(func.count()).select_from(t.subscribers)
+            if status is not None:
+                q = q.where(t.subscribers.c.status == status.value)
+            return int(conn.execute(q).scalar_one())
+
+    def record_permanent_failure(self, subscriber_id: int, limit: int, now: datetime) -> bool:
+        """Count a permanent failure; suppress the address at ``limit``. True when suppressed."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.subscribers)
+                .where(t.subscribers.c.id == subscriber_id)
+                .values(permanent_failures=t.subscribers.c.permanent_failures + 1)
+            )
+            res = conn.execute(
+                update(t.subscribers)
+                .where(
+                    and_(
+                        t.subscribers.c.id == subscriber_id,
+                        t.subscribers.c.permanent_failures >= limit,
+                        t.subscribers.c.status == SubscriberStatus.ACTIVE.value,
+                    )
+                )
+                .values(status=SubscriberStatus.SUPPRESSED.value, status_changed=now)
+            )
+            return res.rowcount == 1
+
+    # ------------------------------------------------------------------ subscribing (web, email)
+
+    def confirm_subscriber(
+        self,
+        email: str,
+        *,
+        topics: Sequence[str],
+        timezone: str,
+        send_hour: int | None,
+        frequency: Frequency,
+        now: datetime,
+        consent: dict[str, Any],
+        name: str = "",
+    ) -> tuple[Subscriber, bool]:
+        """Make ``email`` an active, confirmed subscriber with these choices (insert or update).
+
+        The consent record is appended to the subscriber's history (``consent["history"]``), so
+        a re-subscription keeps the earlier ones. The bool says whether the row was created.
+        """
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(t.subscribers.c.id, t.subscribers.c.consent).where(
+                    t.subscribers.c.email == email
+                )
+            ).first()
+            values: dict[str, Any] = {
+                "status": SubscriberStatus.ACTIVE.value,
+                "status_changed": now,
+                "timezone": timezone,
+                "send_hour": send_hour,
+                "frequency": frequency.value,
+                "confirmed": now,
+                "permanent_failures": 0,
+            }
+            if row is None:
+                record = {**consent, "history": [consent]}
+                sid = conn.execute(
+                    t.subscribers.insert()
+                    .values(email=email, name=name, created=now, consent=record, **values)
+                    .returning(t.subscribers.c.id)
+                ).scalar_one()
+            else:
+                sid = row.id
+                old = dict(row.consent or {})
+                history = list(old.get("history") or ([old] if old else []))
+                record = {**consent, "history": [*history, consent]}
+                conn.execute(
+                    update(t.subscribers)
+                    .where(t.subscribers.c.id == sid)
+                    .values(consent=record, **values)
+                )
+            conn.execute(delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == sid))
+            if topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": sid, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+        sub = self.subscriber_by_id(sid)
+        assert sub is not None
+        return sub, row is None
+
+    def update_preferences(
+        self,
+        subscriber_id: int,
+        *,
+        topics: Sequence[str],
+        send_hour: int | None,
+        frequency: Frequency,
+        paused: bool,
+        now: datetime,
+    ) -> Subscriber | None:
+        """Save a subscriber's choices from the manage page; pausing keeps everything else.
+
+        Only an active or paused subscriber can be changed; returns ``None`` otherwise.
+        """
+        with self.engine.begin() as conn:
+            status = conn.execute(
+                select(t.subscribers.c.status).where(t.subscribers.c.id == subscriber_id)
+            ).scalar()
+            live = (SubscriberStatus.ACTIVE.value, SubscriberStatus.PAUSED.value)
+            if status not in live:
+                return None
+            values: dict[str, Any] = {"send_hour": send_hour, "frequency": frequency.value}
+            wanted = (SubscriberStatus.PAUSED if paused else SubscriberStatus.ACTIVE).value
+            if wanted != status:
+                values.update(status=wanted, status_changed=now)
+            conn.execute(
+                update(t.subscribers).where(t.subscribers.c.id == subscriber_id).values(**values)
+            )
+            conn.execute(
+                delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
+            )
+            if topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": subscriber_id, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+        return self.subscriber_by_id(subscriber_id)
+
+    def unsubscribe_id(self, subscriber_id: int, now: datetime) -> bool:
+        """Mark a subscriber unsubscribed (idempotent). True when the status changed just now."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(t.subscribers)
+                .where(
+                    t.subscribers.c.id == subscriber_id,
+                    t.subscribers.c.status != SubscriberStatus.UNSUBSCRIBED.value,
+                )
+                .values(status=SubscriberStatus.UNSUBSCRIBED.value, status_changed=now)
+            )
+            return res.rowcount == 1
+
+    def consent_record(self, subscriber_id: int) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(t.subscribers.c.consent).where(t.subscribers.c.id == subscriber_id)
+            ).scalar()
+        return dict(value) if value else None
+
+    def hit_rate(self, key: str, now: datetime, *, window: timedelta, limit: int) -> bool:
+        """Count one request for ``key`` unless ``limit`` were already made within ``window``.
+
+        True: allowed (and counted). False: over the limit (not counted). Old events of the key
+        are pruned on the way.
+        """
+        since = now - window
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(t.rate_events).where(t.rate_events.c.key == key, t.rate_events.c.at < since)
+            )
+            used = conn.execute(
+                select(func.count())
+                .select_from(t.rate_events)
+                .where(t.rate_events.c.key == key, t.rate_events.c.at >= since)
+            ).scalar_one()
+            if used >= limit:
+                return False
+            conn.execute(t.rate_events.insert().values(key=key, at=now))
+            return True
+
+    def forget_rate(self, key: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.rate_events).where(t.rate_events.c.key == key))
+
+    def prune_rate_events(self, before: datetime) -> int:
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(delete(t.rate_events).where(t.rate_events.c.at < before)).rowcount
+            )
+
+    # ------------------------------------------------------------------ archive
+
+    def edition_papers(self, edition_id: int) -> list[Paper]:
+        """The papers a sent edition carried (from ``sent_papers``), with their sources."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.papers)
+                .join(t.sent_papers, t.sent_papers.c.paper_id == t.papers.c.id)
+                .where(t.sent_papers.c.edition_id == edition_id)
+                .order_by(t.papers.c.id)
+            ).all()
+            sources = self._sources_for(conn, [r.id for r in rows])
+            return [_paper(r, sources.get(r.id, ())) for r in rows]
+
+    def papers_first_seen_between(self, start: datetime, end: datetime) -> list[Paper]:
+        """Announced papers first seen in ``[start, end)``, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.papers)
+                .where(
+                    t.papers.c.first_seen >= start,
+                    t.papers.c.first_seen < end,
+                    t.papers.c.announced.is_(True),
+                )
+                .order_by(t.papers.c.first_seen, t.papers.c.id)
+            ).all()
+            sources = self._sources_for(conn, [r.id for r in rows])
+            return [_paper(r, sources.get(r.id, ())) for r in rows]
+
+    def sent_edition_dates(self, limit: int = 30) -> list[date]:
+        """The most recent edition dates on which at least one digest was sent, newest first."""
+        with self.engine.connect() as conn:
+            q = (
+                select(t.editions.c.edition_date)
+                .where(t.editions.c.status == EditionStatus.SENT.value)
+                .distinct()
+                .order_by(t.editions.c.edition_date.desc())
+                .limit(limit)
+            )
+            return [r[0] for r in conn.execute(q)]
+
+    # ------------------------------------------------------------------ operations
+
+    def ops_snapshot(self, today: date) -> dict[str, Any]:
+        """Counts for /metrics and `newsletter status`, in a handful of grouped queries."""
+        with self.engine.connect() as conn:
+            subs: dict[Any, Any] = dict(
+                conn.execute(
+                    select(t.subscribers.c.status, func.count()).group_by(t.subscribers.c.status)
+                ).all()
+            )
+            editions: dict[Any, Any] = dict(
+                conn.execute(
+                    select(t.editions.c.status, func.count())
+                    .where(t.editions.c.edition_date == today)
+                    .group_by(t.editions.c.status)
+                ).all()
+            )
+            papers = conn.execute(select(func.count()).select_from(t.papers)).scalar_one()
+            last_runs: dict[str, Any] = {}
+            for kind, started, finished, status, duration in conn.execute(
+                select(
+                    t.runs.c.kind,
+                    t.runs.c.started,
+                    t.runs.c.finished,
+                    t.runs.c.status,
+                    t.runs.c.duration,
+                ).order_by(t.runs.c.id)
+            ):
+                last_runs[kind] = {
+                    "started": started,
+                    "finished": finished,
+                    "status": status,
+                    "duration": duration,
+                }
+            failing = conn.execute(
+                select(
+                    t.source_state.c.source,
+                    t.source_state.c.consecutive_failures,
+                    t.source_state.c.last_error,
+                )
+                .where(t.source_state.c.consecutive_failures > 0)
+                .order_by(t.source_state.c.source)
+            ).all()
+        return {
+            "subscribers": {str(k): int(v) for k, v in subs.items()},
+            "editions_today": {str(k): int(v) for k, v in editions.items()},
+            "papers": int(papers),
+            "last_runs": last_runs,
+            "failing_sources": [(r[0], int(r[1]), r[2]) for r in failing],
+        }
+
+    # ------------------------------------------------------------------ the edition ledger
+
+    def last_sent(self, subscriber_ids: Sequence[int]) -> dict[int, datetime]:
+        """When each subscriber's most recent digest went out (absent: never)."""
+        out: dict[int, datetime] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(subscriber_ids), 500):
+                q = (
+                    select(t.editions.c.subscriber_id, func.max(t.editions.c.finished))
+                    .where(
+                        t.editions.c.subscriber_id.in_(subscriber_ids[start : start + 500]),
+                        t.editions.c.status == EditionStatus.SENT.value,
+                    )
+                    .group_by(t.editions.c.subscriber_id)
+                )
+                for sid, finished in conn.execute(q):
+                    if finished is not None:  # max() keeps the column type: aware UTC
+                        out[sid] = finished
+        return out
+
+    def force_edition(
+        self, subscriber_id: int, edition_date: date, message_id: str, now: datetime, *, owner: str
+    ) -> tuple[EditionClaim, list[int]]:
+        """Re-open today's edition for a forced re-send, marked ``forced``.
+
+        Returns the claim (with a fresh Message-ID: it is a new message) and the ids of the
+        papers the earlier send carried, so the re-send can carry them again.
+        """
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(t.editions.c.id).where(
+                    t.editions.c.subscriber_id == subscriber_id,
+                    t.editions.c.edition_date == edition_date,
+                )
+            ).first()
+            if row is None:
+                eid = conn.execute(
+                    t.editions.insert()
+                    .values(
+                        subscriber_id=subscriber_id,
+                        edition_date=edition_date,
+                        status=EditionStatus.CLAIMED.value,
+                        message_id=message_id,
+                        claimed=now,
+                        owner=owner,
+                        attempts=0,
+                        item_count=0,
+                        forced=True,
+                    )
+                    .returning(t.editions.c.id)
+                ).scalar_one()
+                return EditionClaim(eid, subscriber_id, edition_date, message_id, resumed=False), []
+            eid = row.id
+            earlier = [
+                r[0]
+                for r in conn.execute(
+                    select(t.sent_papers.c.paper_id).where(t.sent_papers.c.edition_id == eid)
+                )
+            ]
+            conn.execute(
+                update(t.editions)
+                .where(t.editions.c.id == eid)
+                .values(
+                    status=EditionStatus.CLAIMED.value,
+                    message_id=message_id,
+                    claimed=now,
+                    owner=owner,
+                    forced=True,
+                    finished=None,
+                    last_error=None,
+                )
+            )
+            return EditionClaim(
+                eid, subscriber_id, edition_date, message_id, resumed=False
+            ), earlier
+
+    def claim_edition(
+        self,
+        subscriber_id: int,
+        edition_date: date,
+        message_id: str,
+        now: datetime,
+        *,
+        owner: str,
+        lease: timedelta = timedelta(minutes=10),
+    ) -> EditionClaim | None:
+        """Claim ``(subscriber, edition_date)`` before sending. ``None``: someone else has it.
+
+        The claim is one atomic INSERT on the unique ``(subscriber_id, edition_date)``; a claim
+        left in ``claimed`` by an interrupted run is taken over (compare-and-set on owner and
+        time) once its lease has run out, keeping its Message-ID.
+        """
+        with self.engine.begin() as conn:
+            stmt = (
+                self._insert(t.editions)
+                .values(
+                    subscriber_id=subscriber_id,
+                    edition_date=edition_date,
+                    status=EditionStatus.CLAIMED.value,
+                    message_id=message_id,
+                    claimed=now,
+                    owner=owner,
+                    attempts=0,
+                    item_count=0,
+                    forced=False,
+                )
+                .on_conflict_do_nothing(index_elements=["subscriber_id", "edition_date"])  # type: ignore[attr-defined]
+                .returning(t.editions.c.id)
+            )
+            eid = conn.execute(stmt).scalar()
+            if eid is not None:
+                return EditionClaim(eid, subscriber_id, edition_date, message_id, resumed=False)
+            row = conn.execute(
+                select(t.editions).where(
+                    t.editions.c.subscriber_id == subscriber_id,
+                    t.editions.c.edition_date == edition_date,
+                )
+            ).one()
+            if row.status == EditionStatus.DEFERRED.value:
+                pass  # a temporary failure: any later run retries it
+            elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
+                return None
+            elif row.owner != owner and row.claimed > now - lease:
+                return None  # another run is working on it right now
+            took = conn.execute(
+                update(t.editions)
+                .where(
+                    t.editions.c.id == row.id,
+                    t.editions.c.owner == row.owner,
+                    t.editions.c.claimed == row.claimed,
+                    t.editions.c.status == row.status,
+                )
+                .values(owner=owner, claimed=now, status=EditionStatus.CLAIMED.value)
+            )
+            if took.rowcount != 1:
+                return None
+            return EditionClaim(row.id, subscriber_id, edition_date, row.message_id, resumed=True)
+
+    def mark_edition(
+        self,
+        edition_id: int,
+        status: EditionStatus,
+        now: datetime,
+        *,
+        error: str | None = None,
+        paper_ids: Sequence[int] = (),
+        attempts: int | None = None,
+    ) -> None:
+        """Record an edition's outcome; a ``sent`` edition records its papers in the same commit."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(t.editions.c.subscriber_id, t.editions.c.attempts).where(
+                    t.editions.c.id == edition_id
+                )
+            ).one()
+            values: dict[str, Any] = {"status": status.value, "last_error": error}
+            if status in (
+                EditionStatus.SENT,
+                EditionStatus.FAILED,
+                EditionStatus.SKIPPED,
+                EditionStatus.UNKNOWN,
+            ):
+                values["finished"] = now
+            if status is EditionStatus.SENDING:
+                values["attempts"] = row.attempts + 1 if attempts is None else attempts
+            if paper_ids:
+                values["item_count"] = len(paper_ids)
+            conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
+            if status is EditionStatus.SENT and paper_ids:
+                stmt = self._insert(t.sent_papers).values(
+                    [
+                        {
+                            "subscriber_id": row.subscriber_id,
+                            "paper_id": pid,
+                            "edition_id": edition_id,
+                        }
+                        for pid in paper_ids
+                    ]
+                )
+                conn.execute(stmt.on_conflict_do_nothing())  # type: ignore[attr-defined]
+
+    def release_edition(self, edition_id: int) -> None:
+        """Give back a claim whose message was never handed to the relay (the relay is down)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(t.editions).where(
+                    t.editions.c.id == edition_id,
+                    t.editions.c.status.in_(
+                        [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value]
+                    ),
+                )
+            )
+
+    def editions_on(
+        self, edition_date: date, status: EditionStatus | None = None
+    ) -> list[EditionRecord]:
+        with self.engine.connect() as conn:
+            q = (
+                select(t.editions, t.subscribers.c.email)
+                .join(t.subscribers, t.subscribers.c.id == t.editions.c.subscriber_id)
+                .where(t.editions.c.edition_date == edition_date)
+            )
+            if status is not None:
+                q = q.where(t.editions.c.status == status.value)
+            return [_edition(r) for r in conn.execute(q.order_by(t.editions.c.id))]
+
+    def edition_for(self, subscriber_id: int, edition_date: date) -> EditionRecord | None:
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                select(t.editions, t.subscribers.c.email)
+                .join(t.subscribers, t.subscribers.c.id == t.editions.c.subscriber_id)
+                .where(
+                    t.editions.c.subscriber_id == subscriber_id,
+                    t.editions.c.edition_date == edition_date,
+                )
+            ).first()
+            return None if r is None else _edition(r)
+
+    # ------------------------------------------------------------------ sources and runs
+
+    def source_state(self, source: str) -> SourceState:
+        with self.engine.connect() as conn:
+            r = conn.execute(
+                select(t.source_state).where(t.source_state.c.source == source)
+            ).first()
+        if r is None:
+            return SourceState(source)
+        return SourceState(
+            r.source,
+            r.etag,
+            r.last_modified,
+            r.last_fetch,
+            r.last_success,
+            r.last_error,
+            r.last_count,
+            r.consecutive_failures,
+        )
+
+    def all_source_states(self) -> list[SourceState]:
+        with self.engine.connect() as conn:
+            names = [
+                r[0]
+                for r in conn.execute(
+                    select(t.source_state.c.source).order_by(t.source_state.c.source)
+                )
+            ]
+        return [self.source_state(n) for n in names]
+
+    def save_source_state(self, state: SourceState) -> None:
+        values = {
+            "etag": state.etag,
+            "last_modified": state.last_modified,
+            "last_fetch": state.last_fetch,
+            "last_success": state.last_success,
+            "last_error": state.last_error,
+            "last_count": state.last_count,
+            "consecutive_failures": state.consecutive_failures,
+        }
+        with self.engine.begin() as conn:
+            stmt = self._insert(t.source_state).values(source=state.source, **values)
+            conn.execute(stmt.on_conflict_do_update(index_elements=["source"], set_=values))  # type: ignore[attr-defined]
+
+    def start_run(self, kind: str, now: datetime) -> int:
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(
+                    t.runs.insert()
+                    .values(kind=kind, started=now, status="running")
+                    .returning(t.runs.c.id)
+                ).scalar_one()
+            )
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: str,
+        now: datetime,
+        counts: dict[str, Any],
+        error: str | None = None,
+    ) -> None:
+        with self.engine.begin() as conn:
+            started = conn.execute(
+                select(t.runs.c.started).where(t.runs.c.id == run_id)
+            ).scalar_one()
+            conn.execute(
+                update(t.runs)
+                .where(t.runs.c.id == run_id)
+                .values(
+                    status=status,
+                    finished=now,
+                    counts=counts,
+                    error=error,
+                    duration=(now - started).total_seconds(),
+                )
+            )
+
+    def last_runs(self, limit: int = 10, kind: str | None = None) -> list[RunRecord]:
+        with self.engine.connect() as conn:
+            q = select(t.runs)
+            if kind is not None:
+                q = q.where(t.runs.c.kind == kind)
+            rows = conn.execute(q.order_by(t.runs.c.id.desc()).limit(limit)).all()
+        return [
+            RunRecord(r.id, r.kind, r.started, r.finished, r.status, r.counts or {}, r.error)
+            for r in rows
+        ]
+
+
+StoreErrors = (_SAError,)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _paper_row(d: PaperData) -> dict[str, Any]:
+    return {
+        "key": d.key,
+        "title": d.title,
+        "abstract": d.abstract,
+        "authors": list(d.authors),
+        "categories": list(d.categories),
+        "url": d.url,
+        "pdf_url": d.pdf_url,
+        "code_url": d.code_url,
+        "version": d.version,
+        "published": d.published,
+        "upvotes": d.upvotes,
+        "comments": d.comments,
+        "content_hash": content_hash(d),
+    }
+
+
+def _paper(r: Any, sources: tuple[str, ...]) -> Paper:
+    return Paper(
+        id=r.id,
+        key=r.key,
+        title=r.title,
+        abstract=r.abstract,
+        authors=tuple(r.authors or ()),
+        categories=tuple(r.categories or ()),
+        url=r.url,
+        pdf_url=r.pdf_url,
+        code_url=r.code_url,
+        version=r.version,
+        published=r.published,
+        first_seen=r.first_seen,
+        updated=r.updated,
+        sources=sources,
+        upvotes=r.upvotes,
+        comments=r.comments,
+    )
+
+
+def _subscriber(r: Any, topics: tuple[str, ...]) -> Subscriber:
+    return Subscriber(
+        id=r.id,
+        email=r.email,
+        name=r.name,
+        status=SubscriberStatus(r.status),
+        topics=topics,
+        timezone=r.timezone,
+        created=r.created,
+        send_hour=r.send_hour,
+        frequency=Frequency(r.frequency),
+        confirmed=r.confirmed,
+    )
+
+
+def _edition(r: Any) -> EditionRecord:
+    return EditionRecord(
+        id=r.id,
+        subscriber_id=r.subscriber_id,
+        email=r.email,
+        edition_date=r.edition_date,
+        status=EditionStatus(r.status),
+        message_id=r.message_id,
+        attempts=r.attempts,
+        item_count=r.item_count,
+        last_error=r.last_error,
+        claimed=r.claimed,
+        finished=r.finished,
+    )

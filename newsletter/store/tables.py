@@ -1,0 +1,196 @@
+"""The schema: SQLAlchemy Core tables. Alembic migrations in ``migrations/`` create them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite keeps no timezone; we store naive UTC)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # defensive: raw SQLite text
+            value = datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+papers = Table(
+    "papers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(300), nullable=False, unique=True),
+    Column("title", Text, nullable=False),
+    Column("abstract", Text, nullable=False, default=""),
+    Column("authors", JSON, nullable=False),
+    Column("categories", JSON, nullable=False),
+    Column("url", Text, nullable=False, default=""),
+    Column("pdf_url", Text),
+    Column("code_url", Text),
+    Column("version", Integer),
+    Column("published", UTCDateTime),
+    Column("first_seen", UTCDateTime, nullable=False),
+    Column("updated", UTCDateTime, nullable=False),
+    Column("upvotes", Integer),
+    Column("comments", Integer),
+    Column("content_hash", String(64), nullable=False),
+    # False for a paper we first met through a replacement or a backfill: stored, never "new".
+    Column("announced", Boolean, nullable=False, default=True),
+)
+Index("ix_papers_first_seen", papers.c.first_seen)
+
+paper_sources = Table(
+    "paper_sources",
+    metadata,
+    Column("paper_id", Integer, ForeignKey("papers.id", ondelete="CASCADE"), primary_key=True),
+    Column("source", String(100), primary_key=True),
+    Column("first_seen", UTCDateTime, nullable=False),
+    Column("last_seen", UTCDateTime, nullable=False),
+)
+
+paper_signals = Table(
+    "paper_signals",
+    metadata,
+    Column("paper_id", Integer, ForeignKey("papers.id", ondelete="CASCADE"), primary_key=True),
+    Column("observed", UTCDateTime, primary_key=True),
+    Column("source", String(100), nullable=False),
+    Column("upvotes", Integer),
+    Column("comments", Integer),
+)
+
+subscribers = Table(
+    "subscribers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("email", String(320), nullable=False, unique=True),
+    Column("name", String(200), nullable=False, default=""),
+    Column("status", String(20), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("created", UTCDateTime, nullable=False),
+    Column("status_changed", UTCDateTime, nullable=False),
+    Column("permanent_failures", Integer, nullable=False, default=0),
+    Column("consent", JSON),
+    # Added by migration 0004 (subscribing on the web and by email).
+    Column("send_hour", Integer),
+    Column("frequency", String(10), nullable=False, server_default="daily"),
+    Column("confirmed", UTCDateTime),
+)
+Index("ix_subscribers_status", subscribers.c.status)
+
+# One row per counted request (subscribe by web, API or email), for rate limits shared by every
+# process. ``key`` is "ip:<address>" or "addr:<keyed hash of the email address>".
+rate_events = Table(
+    "rate_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(120), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+)
+Index("ix_rate_events_key_at", rate_events.c.key, rate_events.c.at)
+
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column(
+        "subscriber_id", Integer, ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("topic", String(64), primary_key=True),
+)
+
+editions = Table(
+    "editions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "subscriber_id", Integer, ForeignKey("subscribers.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("edition_date", Date, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("message_id", String(255), nullable=False),
+    Column("claimed", UTCDateTime, nullable=False),
+    Column("owner", String(100), nullable=False, default=""),
+    Column("finished", UTCDateTime),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("item_count", Integer, nullable=False, default=0),
+    Column("last_error", Text),
+    Column("forced", Boolean, nullable=False, default=False),
+    UniqueConstraint("subscriber_id", "edition_date", name="uq_editions_subscriber_date"),
+)
+Index("ix_editions_date_status", editions.c.edition_date, editions.c.status)
+
+sent_papers = Table(
+    "sent_papers",
+    metadata,
+    Column(
+        "subscriber_id", Integer, ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("paper_id", Integer, ForeignKey("papers.id", ondelete="CASCADE"), primary_key=True),
+    Column("edition_id", Integer, ForeignKey("editions.id", ondelete="CASCADE"), nullable=False),
+)
+
+source_state = Table(
+    "source_state",
+    metadata,
+    Column("source", String(100), primary_key=True),
+    Column("etag", Text),
+    Column("last_modified", Text),
+    Column("last_fetch", UTCDateTime),
+    Column("last_success", UTCDateTime),
+    Column("last_error", Text),
+    Column("last_count", Integer),
+    Column("consecutive_failures", Integer, nullable=False, default=0),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(20), nullable=False),
+    Column("started", UTCDateTime, nullable=False),
+    Column("finished", UTCDateTime),
+    Column("status", String(20), nullable=False),
+    Column("counts", JSON),
+    Column("error", Text),
+    Column("duration", Float),
+)
