@@ -1,0 +1,359 @@
+"""Ranking 100,000 subscribers' keyword sets against 2,000 papers.
+
+Fast path: :mod:`newsletter.rank` (rules compiled to sparse matrices, BM25F weights of the papers,
+scores and top-N in blocks of 1,000 rows). Baseline: a straightforward per-subscriber Python loop
+computing the same scores (per subscriber, per paper, per keyword), timed on a sample of
+subscribers and extrapolated. Both must give the same top-N on that sample.
+
+Papers are synthesized from the real titles and abstracts in tests/fixtures/feeds (titles kept,
+abstracts recombined from sentences of different abstracts); keywords are drawn from a vocabulary
+of real terms (an ML/systems term list with aliases, plus words and word pairs from the fixtures).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+
+from newsletter.models import Paper
+from newsletter.rank import (
+    ABSTRACT_WEIGHT,
+    K1,
+    TITLE_WEIGHT,
+    B,
+    PaperIndex,
+    Rule,
+    compile_rules,
+    phrase_terms,
+    recency_factor,
+    tokenize,
+    top_n,
+    trend_factor,
+)
+from newsletter.sources import arxiv_rss, hf_daily
+
+FEEDS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "feeds"
+NOW = datetime(2026, 11, 17, 20, 0, tzinfo=UTC)
+TOP = 10
+BLOCK = 1000
+
+TERMS: list[list[str]] = [
+    ["MoE", "mixture of experts"], ["LLM", "large language model"], ["KV cache", "key-value cache"],
+    ["RL", "reinforcement learning"], ["NeRF", "neural radiance field"], ["GNN", "graph neural network"],
+    ["ViT", "vision transformer"], ["GEMM", "matrix multiplication"], ["NAS", "neural architecture search"],
+    ["LoRA", "low-rank adaptation"], ["RAG", "retrieval-augmented generation"], ["SLO", "service-level objective"],
+    ["speculative decoding"], ["quantization"], ["pruning"], ["sparsity"], ["distillation"],
+    ["pipeline parallelism"], ["tensor parallelism"], ["data parallelism"], ["CUDA"], ["cuBLAS"],
+    ["Triton"], ["FlashAttention"], ["attention"], ["transformer"], ["diffusion"], ["Gaussian splatting"],
+    ["novel view synthesis"], ["inverse rendering"], ["super-resolution"], ["image generation"],
+    ["code generation"], ["kernel fusion"], ["GPU kernel", "CUDA kernel"], ["tensor cores"],
+    ["FP8"], ["INT4"], ["low precision"], ["memory bandwidth"], ["throughput"], ["latency"],
+    ["serving"], ["inference"], ["fine-tuning"], ["pre-training"], ["benchmark"], ["compiler"],
+    ["scheduling"], ["heterogeneous"], ["energy efficiency"], ["power consumption"], ["offloading"],
+    ["NVMe"], ["RDMA"], ["cluster"], ["federated learning"], ["contrastive learning"],
+    ["semantic segmentation"], ["object detection"], ["point cloud"], ["mobile devices"],
+    ["real-time rendering"], ["ray tracing"], ["dataset"], ["unlearnable examples"], ["privacy"],
+]  # fmt: skip
+STOP = set(
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "and",
+        "or",
+        "for",
+        "in",
+        "on",
+        "to",
+        "with",
+        "by",
+        "from",
+        "as",
+        "at",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "this",
+        "that",
+        "these",
+        "those",
+        "it",
+        "its",
+        "we",
+        "our",
+        "their",
+        "they",
+        "which",
+        "while",
+        "can",
+        "has",
+        "have",
+        "not",
+        "but",
+        "also",
+        "than",
+        "such",
+        "into",
+        "over",
+        "up",
+        "via",
+        "using",
+        "based",
+        "both",
+        "each",
+        "more",
+        "most",
+        "other",
+        "all",
+        "any",
+        "new",
+        "novel",
+        "paper",
+        "propose",
+        "proposed",
+        "show",
+        "shows",
+        "results",
+        "approach",
+        "method",
+        "methods",
+        "use",
+        "used",
+        "work",
+    ]
+)
+
+
+def _real_papers() -> list[tuple[str, str]]:
+    seen: dict[str, tuple[str, str]] = {}
+    for parse, name in (
+        (arxiv_rss.parse, "arxiv-rss-cs.DC-2026-11-16.xml"),
+        (arxiv_rss.parse, "arxiv-rss-cs.LG-2026-11-16.xml"),
+        (arxiv_rss.parse, "arxiv-rss-cs.DC-2026-11-17.xml"),
+        (hf_daily.parse, "hf-daily-papers-2026-11-17-evening.json"),
+    ):
+        path = FEEDS / name
+        for d in parse(path.read_bytes(), path.as_uri()).papers:
+            seen.setdefault(d.key, (d.title, d.abstract))
+    return list(seen.values())
+
+
+def make_papers(n: int, rng: random.Random) -> list[Paper]:
+    real = _real_papers()
+    sentences = [s for _, a in real for s in re.split(r"(?<=[.!?])\s+", a) if len(s) > 30]
+    cats = ["cs.LG", "cs.DC", "cs.CL", "cs.CV", "cs.AR", "stat.ML", "cs.PF"]
+    papers = []
+    for i in range(n):
+        title = real[i % len(real)][0]
+        if i >= len(real):
+            head, _, rest = title.partition(":")
+            title = f"{head}-{i}: {rest.strip()}" if rest else f"{title} ({i})"
+        abstract = " ".join(rng.sample(sentences, rng.randint(5, 11)))
+        when = NOW - timedelta(hours=rng.uniform(0, 7 * 24))
+        upvotes = int(rng.paretovariate(1.2)) if rng.random() < 0.3 else None
+        papers.append(
+            Paper(
+                id=i + 1,
+                key=f"2611.{i:05d}",
+                title=title,
+                abstract=abstract,
+                authors=(f"Author {rng.randint(1, 5000)}",),
+                categories=tuple(rng.sample(cats, rng.randint(1, 2))),
+                url=f"https://arxiv.org/abs/2611.{i:05d}",
+                pdf_url=None,
+                code_url=None,
+                version=1,
+                published=when,
+                first_seen=when,
+                updated=when,
+                sources=("arxiv",) if upvotes is None else ("arxiv", "hf-daily"),
+                upvotes=upvotes,
+                comments=None if upvotes is None else upvotes // 10,
+            )
+        )
+    return papers
+
+
+def make_vocabulary() -> list[tuple[str, ...]]:
+    words: Counter[str] = Counter()
+    pairs: Counter[str] = Counter()
+    for title, abstract in _real_papers():
+        toks = [t for t in re.findall(r"[A-Za-z][A-Za-z0-9-]+", f"{title} {abstract}")]
+        for a, b in pairwise(toks):
+            if a.lower() not in STOP and b.lower() not in STOP:
+                pairs[f"{a.lower()} {b.lower()}"] += 1
+        words.update(t.lower() for t in toks if t.lower() not in STOP and len(t) > 3)
+    vocab = [tuple(t) for t in TERMS]
+    vocab += [(w,) for w, c in words.most_common() if c >= 3][:600]
+    vocab += [(p,) for p, c in pairs.most_common() if c >= 2][:300]
+    return list(dict.fromkeys(vocab))
+
+
+def make_rules(n: int, vocab: list[tuple[str, ...]], rng: random.Random) -> list[Rule]:
+    weights = [1.0 / (r + 1) ** 0.8 for r in range(len(vocab))]  # some terms are popular
+    rules = []
+    for _ in range(n):
+        k = rng.randint(3, 8)
+        picked = list(dict.fromkeys(rng.choices(vocab, weights=weights, k=k)))
+        exclude = (rng.choice(vocab),) if rng.random() < 0.1 else ()
+        exclude = tuple(e for e in exclude if e not in picked)
+        rules.append(Rule(keywords=tuple(picked), exclude=exclude))
+    return rules
+
+
+# ---------------------------------------------------------------------------- the naive loop
+
+
+class NaiveRanker:
+    """Per subscriber, per paper, per keyword: the obvious code, with the same formulas."""
+
+    def __init__(self, papers: list[Paper]) -> None:
+        self.papers = papers
+        self.fields: list[tuple[Counter[tuple[str, ...]], Counter[tuple[str, ...]]]] = []
+        self.lengths: list[tuple[int, int]] = []
+        for p in papers:
+            pair = []
+            lens = []
+            for text in (p.title, p.abstract):
+                toks = tokenize(text)
+                lens.append(len(toks))
+                grams: Counter[tuple[str, ...]] = Counter()
+                for n in range(1, 9):
+                    for i in range(len(toks) - n + 1):
+                        grams[tuple(toks[i : i + n])] += 1
+                pair.append(grams)
+            self.fields.append((pair[0], pair[1]))
+            self.lengths.append((lens[0], lens[1]))
+        n = len(papers)
+        self.avg_t = max(1.0, sum(t for t, _ in self.lengths) / n)
+        self.avg_a = max(1.0, sum(a for _, a in self.lengths) / n)
+        self.boost = [trend_factor(p) * recency_factor(p, NOW) for p in papers]
+        self.idf_cache: dict[tuple[str, ...], float] = {}
+
+    def tf(self, group: tuple[str, ...], j: int) -> tuple[int, int]:
+        terms = {t for alias in group for t in phrase_terms(alias)}
+        title, abstract = self.fields[j]
+        return sum(title[t] for t in terms), sum(abstract[t] for t in terms)
+
+    def idf(self, group: tuple[str, ...]) -> float:
+        if group not in self.idf_cache:
+            df = sum(1 for j in range(len(self.papers)) if any(self.tf(group, j)))
+            n = len(self.papers)
+            self.idf_cache[group] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        return self.idf_cache[group]
+
+    @staticmethod
+    def distinct(groups: tuple[tuple[str, ...], ...]) -> list[tuple[str, ...]]:
+        """Keywords that match the same words ("kernel", "kernels") count once."""
+        seen: dict[frozenset[tuple[str, ...]], tuple[str, ...]] = {}
+        for g in groups:
+            seen.setdefault(frozenset(t for alias in g for t in phrase_terms(alias)), g)
+        return list(seen.values())
+
+    def top(self, rule: Rule, n: int) -> list[tuple[float, int]]:
+        scored = []
+        for j in range(len(self.papers)):
+            if any(any(self.tf(g, j)) for g in rule.exclude):
+                continue
+            relevance = 0.0
+            lt, la = self.lengths[j]
+            for group in self.distinct(rule.keywords):
+                tt, ta = self.tf(group, j)
+                if not tt and not ta:
+                    continue
+                tf = TITLE_WEIGHT * tt / (1 - B + B * lt / self.avg_t) + ABSTRACT_WEIGHT * ta / (
+                    1 - B + B * la / self.avg_a
+                )
+                relevance += self.idf(group) * tf * (K1 + 1) / (tf + K1)
+            if relevance > 0:
+                scored.append((relevance * self.boost[j], j))
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        return scored[:n]
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def main(quick: bool) -> str:
+    n_subs, n_papers, sample = (10_000, 500, 100) if quick else (100_000, 2_000, 300)
+    rng = random.Random(20261117)
+    papers = make_papers(n_papers, rng)
+    vocab = make_vocabulary()
+    rules = make_rules(n_subs, vocab, rng)
+    keywords = sum(len(r.keywords) for r in rules)
+
+    t0 = time.perf_counter()
+    queries = compile_rules(rules)
+    t1 = time.perf_counter()
+    index = PaperIndex(papers, queries.vocab, NOW)
+    t2 = time.perf_counter()
+    result = top_n(queries, index, TOP, block=BLOCK)
+    t3 = time.perf_counter()
+    fast = t3 - t0
+
+    sample_rows = sorted(rng.sample(range(n_subs), sample))
+    naive = NaiveRanker(papers)
+    for r in sample_rows[:5]:  # warm the idf cache a little, like any loop would on its first rows
+        naive.top(rules[r], TOP)
+    s0 = time.perf_counter()
+    expected = {r: naive.top(rules[r], TOP) for r in sample_rows}
+    per_sub = (time.perf_counter() - s0) / sample
+    loop = per_sub * n_subs
+
+    same = 0
+    worst = 0.0
+    for r in sample_rows:
+        ids = [int(j) for j in result.ids[r] if j >= 0]
+        if ids == [j for _, j in expected[r]]:
+            same += 1
+        for (score, _), got in zip(expected[r], result.scores[r], strict=False):
+            worst = max(worst, abs(score - got) / max(score, 1e-12))
+    ratio = loop / fast
+    ok_time = fast <= 2.0
+    ok_ratio = ratio >= 100
+    ok_same = same == sample
+    matched = int(np.count_nonzero(result.ids >= 0))
+
+    def mark(ok: bool) -> str:
+        return "pass" if ok else "FAIL"
+
+    return f"""## rank: {n_subs:,} subscribers × {n_papers:,} papers
+
+Each subscriber is one row of 3–8 keywords ({keywords:,} in all, {len(queries.vocab.groups):,}
+distinct terms and alias sets, 10% with one exclusion) drawn from a vocabulary of real terms;
+papers are synthesized from the fixtures' real titles and abstracts. Scores are BM25F relevance ×
+trending × recency; each subscriber gets a top {TOP}. The vectorized path compiles the rows to
+sparse matrices, indexes the papers, then scores and takes the top {TOP} in blocks of {BLOCK:,} rows
+(the largest live block is {BLOCK:,} × {n_papers:,} float64 = {BLOCK * n_papers * 8 / 2**20:.0f} MiB). The loop computes
+the same scores per subscriber, per paper, per keyword, over pre-tokenized papers and a cached
+IDF; it was timed on {sample} random subscribers and **extrapolated** to {n_subs:,}.
+
+| step | time |
+|---|---|
+| compile {n_subs:,} rows to sparse matrices | {t1 - t0:.2f} s |
+| index {n_papers:,} papers (tokenize, phrases, BM25F weights) | {t2 - t1:.2f} s |
+| score + top {TOP} in blocks | {t3 - t2:.2f} s |
+
+| measure | vectorized (scipy.sparse) | per-subscriber loop | ratio | target | result |
+|---|---|---|---|---|---|
+| all subscribers | {fast:.2f} s | {loop:,.0f} s (extrapolated: {per_sub * 1000:.1f} ms × {n_subs:,}) | {ratio:,.0f}× | ≤ 2 s and ≥ 100× | {mark(ok_time)} / {mark(ok_ratio)} |
+| same top {TOP} on {sample} sampled subscribers | {same}/{sample} identical | | | all | {mark(ok_same)} |
+
+Scoring and the top {TOP} alone take {t3 - t2:.2f} s ({"within" if t3 - t2 <= 2 else "over"} the 2 s target); the
+end-to-end figure in the table also compiles the rows and indexes the papers, and is the one judged.
+Largest relative score difference on the sample: {worst:.1e}. {matched:,} digest slots filled of
+{n_subs * TOP:,}. The machine has 2 cores shared with other jobs while this ran, so absolute times
+are noisy (both paths are single-threaded and measured in the same run).
+"""
