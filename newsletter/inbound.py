@@ -1,0 +1,147 @@
+"""Email commands: an SMTP (or LMTP) receiver for the request address.
+
+A message whose subject or first line is ``subscribe [topic ...]``, ``unsubscribe``, ``topics``
+or ``help`` is answered by mail, to the address in its From header. From headers can be forged,
+so no command acts by itself: ``subscribe`` mails a confirmation link (the same double opt-in as
+the web form), ``unsubscribe`` mails a one-button unsubscribe link. Bounces, auto-replies and
+list traffic are accepted and dropped, so two robots never talk to each other forever. The
+operator's MTA hands the alias to this receiver (see ``deploy/postfix/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from email.utils import getaddresses
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.lmtp import LMTP
+
+from newsletter.config import InboundSettings
+from newsletter.errors import NewsletterError
+from newsletter.subscribe import InvalidRequest, Outcome, Subscriptions, parse_command
+
+log = logging.getLogger(__name__)
+
+
+def first_text(msg: EmailMessage) -> str:
+    """The first text/plain part (or the body), at most 4 KB of it."""
+    part = msg.get_body(preferencelist=("plain",))
+    if part is None:
+        return ""
+    try:
+        content = part.get_content()
+    except (LookupError, ValueError):
+        return ""
+    return str(content)[:4096]
+
+
+def is_automatic(msg: EmailMessage, mail_from: str) -> bool:
+    """Bounces, auto-replies and list mail: never answered."""
+    if not mail_from or mail_from == "<>":
+        return True
+    auto = str(msg.get("Auto-Submitted", "no")).strip().lower()
+    if auto and auto != "no":
+        return True
+    if str(msg.get("Precedence", "")).strip().lower() in ("bulk", "junk", "list"):
+        return True
+    return bool(msg.get("List-Id") or msg.get("X-Autoreply") or msg.get("X-Autorespond"))
+
+
+def handle_message(
+    service: Subscriptions, data: bytes, mail_from: str, peer: str
+) -> Outcome | None:
+    """Run the command in one received message; ``None`` when nothing was answered."""
+    msg = message_from_bytes(data, policy=policy.default)
+    assert isinstance(msg, EmailMessage)
+    if is_automatic(msg, mail_from):
+        log.info("inbound: automatic message from %r dropped", mail_from)
+        return None
+    senders = [a for _, a in getaddresses([str(msg.get("From", ""))]) if "@" in a]
+    if len(senders) != 1:
+        log.info("inbound: no single From address; dropped")
+        return None
+    sender = senders[0]
+    own = {service.settings.sender.from_address.lower()}
+    if service.settings.inbound.address:
+        own.add(service.settings.inbound.address.lower())
+    if sender.lower() in own:
+        return None  # never answer ourselves
+    command = parse_command(str(msg.get("Subject", "")), first_text(msg))
+    origin = f"email {msg.get('Message-ID', '')} via {peer}".strip()
+    try:
+        if command is None:
+            return service.reply_info(sender, "help", "no command found in it")
+        if command.name == "subscribe":
+            try:
+                choices = service.choices(command.args or service.topic_names)
+            except InvalidRequest as e:
+                return service.reply_info(sender, "help", e.reason)
+            return service.request(sender, choices, via="email", origin=origin, reply=True)
+        if command.name == "unsubscribe":
+            return service.request_unsubscribe(sender)
+        return service.reply_info(sender, command.name)
+    except InvalidRequest as e:
+        log.info("inbound: unusable sender address: %s", e)
+        return None
+
+
+class InboundHandler:
+    """aiosmtpd handler: accepts mail for the request address and answers commands."""
+
+    def __init__(self, service: Subscriptions, settings: InboundSettings) -> None:
+        self.service = service
+        self.settings = settings
+        self.outcomes: list[Outcome | None] = []
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: Any
+    ) -> str:
+        wanted = self.settings.address
+        if wanted is not None and address.lower() != wanted.lower():
+            return f"550 5.1.1 this server only takes mail for {wanted}"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        data = envelope.original_content or envelope.content
+        if len(data) > self.settings.max_size:
+            return "552 5.3.4 message too big for a command"
+        peer = str(session.peer[0]) if session.peer else "unknown"
+        loop = asyncio.get_running_loop()
+        try:
+            outcome = await loop.run_in_executor(
+                None, handle_message, self.service, data, envelope.mail_from or "", peer
+            )
+        except NewsletterError as e:
+            log.warning("inbound: could not answer: %s", e)
+            return "451 4.3.0 cannot answer right now; try again later"
+        self.outcomes.append(outcome)
+        return "250 OK"
+
+
+class _LmtpController(Controller):
+    def factory(self) -> LMTP:
+        return LMTP(self.handler, data_size_limit=self.handler.settings.max_size * 2)
+
+
+class InboundServer:
+    """``with InboundServer(service, settings) as server: ...`` (SMTP, or LMTP when configured)."""
+
+    def __init__(self, service: Subscriptions, settings: InboundSettings) -> None:
+        self.handler = InboundHandler(service, settings)
+        cls = _LmtpController if settings.lmtp else Controller
+        kwargs: dict[str, Any] = {"hostname": settings.host, "port": settings.port}
+        if not settings.lmtp:
+            kwargs["data_size_limit"] = settings.max_size * 2
+        self.controller = cls(self.handler, **kwargs)
+
+    def __enter__(self) -> InboundServer:
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.controller.stop()

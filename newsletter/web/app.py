@@ -1,0 +1,71 @@
+"""The FastAPI app factory: everything the routes need is passed in, nothing is global.
+
+``create_app(config, store, mailer_factory, now=utcnow)``: the store and the mailer factory are
+the edges (a real database, ``SmtpMailer`` in production); ``now`` is the clock. Routes are plain
+functions (FastAPI runs them in its thread pool), since the store and SMTP are blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+import zoneinfo
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.deliver import MailerFactory
+from newsletter.render import Renderer, make_environment
+from newsletter.store import Store
+from newsletter.subscribe import Clock, Subscriptions
+from newsletter.web import api, ops, pages
+from newsletter.web.context import WebContext, http_url
+from newsletter.web.security import security_headers
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    config: Config,
+    store: Store,
+    mailer_factory: MailerFactory | None = None,
+    now: Clock = utcnow,
+) -> FastAPI:
+    env = make_environment(config.templates_dir())
+    env.filters["http_url"] = http_url
+    css = env.get_template("web/web.css").render()
+    ctx = WebContext(
+        config=config,
+        store=store,
+        service=Subscriptions(config, store, mailer_factory, now),
+        env=env,
+        renderer=Renderer(config.settings, config.templates_dir()),
+        now=now,
+        timezones=sorted(zoneinfo.available_timezones()),
+    )
+    app = FastAPI(
+        title="newsletter",
+        summary="Subscribe to a daily digest of trending research papers; manage; unsubscribe.",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
+    app.state.web = ctx
+    app.middleware("http")(security_headers)
+
+    @app.get("/static/web.css", include_in_schema=False)
+    def stylesheet() -> Response:
+        return Response(
+            css, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"}
+        )
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "time": now().isoformat()}
+
+    app.include_router(ops.router)
+    app.include_router(pages.router)
+    app.include_router(api.router)
+    return app

@@ -1,0 +1,148 @@
+"""Operations endpoints: /metrics (Prometheus text format) and the admin send trigger."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict
+
+from newsletter.models import EditionStatus, SubscriberStatus
+from newsletter.web.context import WebContext
+
+router = APIRouter()
+
+
+def _ctx(request: Request) -> WebContext:
+    ctx: WebContext = request.app.state.web
+    return ctx
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def prometheus_text(snapshot: dict[str, Any]) -> str:
+    lines = [
+        "# HELP newsletter_subscribers Subscribers by status.",
+        "# TYPE newsletter_subscribers gauge",
+    ]
+    subs = snapshot["subscribers"]
+    for status in SubscriberStatus:
+        lines.append(
+            f'newsletter_subscribers{{status="{status.value}"}} {subs.get(status.value, 0)}'
+        )
+    lines += [
+        "# HELP newsletter_editions_today Today's editions (UTC date) by ledger status.",
+        "# TYPE newsletter_editions_today gauge",
+    ]
+    eds = snapshot["editions_today"]
+    for st in EditionStatus:
+        lines.append(f'newsletter_editions_today{{status="{st.value}"}} {eds.get(st.value, 0)}')
+    lines += [
+        "# HELP newsletter_papers Papers stored.",
+        "# TYPE newsletter_papers gauge",
+        f"newsletter_papers {snapshot['papers']}",
+        "# HELP newsletter_last_run_timestamp_seconds When the last run of each kind finished.",
+        "# TYPE newsletter_last_run_timestamp_seconds gauge",
+    ]
+    ok_lines = [
+        "# HELP newsletter_last_run_ok 1 if the last run of each kind succeeded.",
+        "# TYPE newsletter_last_run_ok gauge",
+    ]
+    dur_lines = [
+        "# HELP newsletter_last_run_duration_seconds Duration of the last run of each kind.",
+        "# TYPE newsletter_last_run_duration_seconds gauge",
+    ]
+    for kind, run in sorted(snapshot["last_runs"].items()):
+        when = run["finished"] or run["started"]
+        lines.append(
+            f'newsletter_last_run_timestamp_seconds{{kind="{_label(kind)}"}} {when.timestamp():.0f}'
+        )
+        ok_lines.append(
+            f'newsletter_last_run_ok{{kind="{_label(kind)}"}} {1 if run["status"] == "ok" else 0}'
+        )
+        if run["duration"] is not None:
+            dur_lines.append(
+                f'newsletter_last_run_duration_seconds{{kind="{_label(kind)}"}} {run["duration"]:.3f}'
+            )
+    lines += ok_lines + dur_lines
+    lines += [
+        "# HELP newsletter_source_consecutive_failures Failed fetches in a row, per failing source.",
+        "# TYPE newsletter_source_consecutive_failures gauge",
+    ]
+    for source, failures, _ in snapshot["failing_sources"]:
+        lines.append(
+            f'newsletter_source_consecutive_failures{{source="{_label(source)}"}} {failures}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+@router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    ctx = _ctx(request)
+    snapshot = ctx.store.ops_snapshot(ctx.now().date())
+    return PlainTextResponse(prometheus_text(snapshot), media_type="text/plain; version=0.0.4")
+
+
+class SendRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    to: str | None = None
+    topic: str | None = None
+    dry_run: bool = False
+    force: bool = False
+
+
+@router.post("/admin/send", include_in_schema=False)
+def admin_send(
+    body: SendRequest, request: Request, authorization: str | None = Header(default=None)
+) -> dict[str, Any]:
+    """Trigger `send --now` (with the same options) from outside; Bearer token from the env."""
+    from newsletter.addresses import InvalidAddress, normalize_address
+    from newsletter.runs import send_step
+
+    ctx = _ctx(request)
+    expected = ctx.config.settings.web.admin_token()
+    if expected is None:
+        raise HTTPException(404, "the admin endpoint is disabled (set the admin token variable)")
+    given = (authorization or "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
+    to = None
+    if body.to is not None:
+        try:
+            to = normalize_address(body.to)
+        except InvalidAddress as e:
+            raise HTTPException(422, str(e)) from e
+    if body.force and to is None:
+        raise HTTPException(422, "force re-sends one subscriber's edition: give 'to'")
+    if body.topic is not None and body.topic not in {t.name for t in ctx.config.settings.topics}:
+        raise HTTPException(422, f"unknown topic {body.topic!r}")
+    jobs = getattr(request.app.state, "jobs", None)
+    lock = jobs.lock if jobs is not None else None
+    if lock is not None and not lock.acquire(timeout=60):
+        raise HTTPException(409, "a scheduled run is in progress; try again shortly")
+    try:
+        report = send_step(
+            ctx.config,
+            ctx.store,
+            ctx.now(),
+            kind="admin",
+            to=to,
+            topic=body.topic,
+            force=body.force,
+            dry_run=body.dry_run,
+            mailer_factory=ctx.service.mailer_factory,
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+    out: dict[str, Any] = report.as_dict()
+    out["relay_error"] = report.relay_error
+    out["errors"] = report.errors
+    if body.dry_run:
+        out["would_send"] = [{"to": a, "subject": r.subject} for a, r in report.rendered]
+    return out

@@ -1,0 +1,381 @@
+"""The HTML pages. No JavaScript; every form posts to its own URL.
+
+GETs never change anything (link scanners follow them): confirm and unsubscribe links open a
+page with one button. The unsubscribe URL also takes the RFC 8058 one-click POST that mail
+clients send from the ``List-Unsubscribe`` header.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from newsletter.errors import DeliveryError, RelayError, SubscriberError
+from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.render import DigestLinks
+from newsletter.subscribe import InvalidRequest
+from newsletter.tokens import Purpose, TokenError
+from newsletter.web.archive import archivable, render_sent_edition, trending_on
+from newsletter.web.context import WebContext, web_context
+from newsletter.web.security import (
+    CSP_DIGEST,
+    CSRF_FIELD,
+    client_address,
+    csrf_cookie_value,
+    csrf_field,
+    csrf_ok,
+    set_csrf_cookie,
+)
+
+log = logging.getLogger(__name__)
+router = APIRouter(include_in_schema=False)
+
+HONEYPOT = "website"
+
+
+Ctx = Depends(web_context)
+
+
+def page(ctx: WebContext, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+    settings = ctx.config.settings
+    html = ctx.env.get_template(f"web/{name}").render(
+        sender=settings.sender, brand=settings.sender.from_name or "Trending papers", **values
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+def message(ctx: WebContext, title: str, text: str, status: int, **extra: Any) -> HTMLResponse:
+    return page(ctx, "message.html", status, title=title, text=text, **extra)
+
+
+def token_problem(ctx: WebContext, e: TokenError, what: str) -> HTMLResponse:
+    if e.expired:
+        return message(
+            ctx,
+            "This link has expired",
+            f"The {what} link is too old. You can start again from the subscribe page.",
+            400,
+            subscribe_link=True,
+        )
+    return message(
+        ctx,
+        "This link is not valid",
+        f"The {what} link is damaged or incomplete; copy the whole link from the mail.",
+        400,
+        subscribe_link=True,
+    )
+
+
+# ---------------------------------------------------------------------------- subscribe
+
+
+def _subscribe_form(
+    ctx: WebContext,
+    request: Request,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    field: str | None = None,
+    values: dict[str, Any] | None = None,
+) -> HTMLResponse:
+    settings = ctx.config.settings
+    cookie = csrf_cookie_value(request)
+    v = {
+        "email": "",
+        "topics": [],
+        "timezone": settings.schedule.timezone,
+        "send_hour": settings.schedule.send_hour,
+        **(values or {}),
+    }
+    response = page(
+        ctx,
+        "subscribe.html",
+        status,
+        topics=settings.topics,
+        timezones=ctx.timezones,
+        values=v,
+        error=error,
+        field=field,
+        csrf=csrf_field(ctx.service.tokens, cookie),
+        honeypot=HONEYPOT,
+    )
+    set_csrf_cookie(request, response, cookie)
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+@router.get("/subscribe", response_class=HTMLResponse)
+def subscribe_page(request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    return _subscribe_form(ctx, request)
+
+
+def _int_or_none(value: object) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(str(value))
+    except ValueError as e:
+        raise InvalidRequest("send_hour", "an hour from 0 to 23") from e
+
+
+@router.post("/subscribe", response_class=HTMLResponse)
+async def subscribe_submit(request: Request, ctx: WebContext = Ctx) -> Response:
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return message(
+            ctx,
+            "Please try again",
+            "This form has expired or did not come from this site. Reload the page and submit it again.",
+            403,
+            subscribe_link=True,
+        )
+    return await run_in_threadpool(
+        _subscribe_sync, ctx, request, dict(form), form.getlist("topics")
+    )
+
+
+def _subscribe_sync(
+    ctx: WebContext, request: Request, form: dict[str, Any], topics: list[Any]
+) -> Response:
+    service = ctx.service
+    client = client_address(request)
+    if not service.allow_client(client):
+        return message(
+            ctx,
+            "Too many requests",
+            "Too many subscription requests came from your network. Please try again later.",
+            429,
+        )
+    email = str(form.get("email", "")).strip()
+    values = {
+        "email": email,
+        "topics": [str(t) for t in topics],
+        "timezone": str(form.get("timezone", "")),
+        "send_hour": form.get("send_hour", ""),
+    }
+    if form.get(HONEYPOT):
+        log.info("subscription form with the honeypot filled from %s; ignored", client)
+        return page(ctx, "check_inbox.html")
+    try:
+        choices = service.choices(
+            [str(t) for t in topics],
+            str(form.get("timezone") or "") or None,
+            _int_or_none(form.get("send_hour")),
+        )
+        service.request(email, choices, via="web form", origin=f"web {client}")
+    except InvalidRequest as e:
+        return _subscribe_form(
+            ctx, request, status=400, error=e.reason, field=e.field, values=values
+        )
+    except RelayError as e:
+        log.error("cannot send a confirmation mail: %s", e)
+        return message(
+            ctx,
+            "Please try again later",
+            "We could not send mail just now. Nothing was recorded; please try again later.",
+            503,
+        )
+    except DeliveryError as e:
+        log.warning("confirmation mail refused: %s", e)  # same answer: no enumeration
+    return page(ctx, "check_inbox.html")
+
+
+# ---------------------------------------------------------------------------- confirm
+
+
+@router.get("/confirm/{token}", response_class=HTMLResponse)
+def confirm_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    try:
+        ctx.service.tokens.read(Purpose.CONFIRM, token, max_age=_confirm_age(ctx))
+    except TokenError as e:
+        return token_problem(ctx, e, "confirmation")
+    return page(ctx, "confirm.html", token=token)
+
+
+def _confirm_age(ctx: WebContext) -> timedelta:
+    return timedelta(days=ctx.config.settings.web.confirm_days)
+
+
+@router.post("/confirm/{token}", response_class=HTMLResponse)
+def confirm_submit(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    try:
+        sub = ctx.service.confirm(token, origin=f"web {client_address(request)}")
+    except TokenError as e:
+        return token_problem(ctx, e, "confirmation")
+    links = ctx.service.links(sub)
+    titles = [ctx.config.settings.topic(t).label for t in sub.topics]
+    return page(ctx, "confirmed.html", subscriber=sub, links=links, topics=titles)
+
+
+# ---------------------------------------------------------------------------- manage
+
+
+def _manage_form(
+    ctx: WebContext,
+    request: Request,
+    token: str,
+    sub: Subscriber,
+    *,
+    saved: bool = False,
+    error: str | None = None,
+    status: int = 200,
+) -> HTMLResponse:
+    cookie = csrf_cookie_value(request)
+    response = page(
+        ctx,
+        "manage.html",
+        status,
+        subscriber=sub,
+        token=token,
+        topics=ctx.config.settings.topics,
+        links=ctx.service.links(sub),
+        saved=saved,
+        error=error,
+        default_hour=ctx.config.settings.schedule.send_hour,
+        csrf=csrf_field(ctx.service.tokens, cookie),
+    )
+    set_csrf_cookie(request, response, cookie)
+    return response
+
+
+def _manage_subscriber(ctx: WebContext, token: str) -> Subscriber:
+    sub = ctx.service.subscriber_for(Purpose.MANAGE, token)
+    if sub is None:
+        raise TokenError("this link is not valid")
+    return sub
+
+
+@router.get("/manage/{token}", response_class=HTMLResponse)
+def manage_page(
+    token: str, request: Request, saved: int = 0, ctx: WebContext = Ctx
+) -> HTMLResponse:
+    try:
+        sub = _manage_subscriber(ctx, token)
+    except TokenError as e:
+        return token_problem(ctx, e, "manage")
+    if sub.status not in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+        return message(
+            ctx,
+            "You are not subscribed",
+            f"{sub.email} does not get the digest any more. You can subscribe again.",
+            200,
+            subscribe_link=True,
+        )
+    return _manage_form(ctx, request, token, sub, saved=bool(saved))
+
+
+@router.post("/manage/{token}", response_class=HTMLResponse)
+async def manage_submit(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return message(
+            ctx,
+            "Please try again",
+            "This form has expired or did not come from this site. Reload the page and submit it again.",
+            403,
+        )
+    return await run_in_threadpool(
+        _manage_sync, ctx, request, token, dict(form), form.getlist("topics")
+    )
+
+
+def _manage_sync(
+    ctx: WebContext, request: Request, token: str, form: dict[str, Any], topics: list[Any]
+) -> Response:
+    try:
+        sub = _manage_subscriber(ctx, token)
+    except TokenError as e:
+        return token_problem(ctx, e, "manage")
+    try:
+        choices = ctx.service.choices(
+            [str(t) for t in topics],
+            sub.timezone if not form.get("timezone") else str(form["timezone"]),
+            _int_or_none(form.get("send_hour")),
+            str(form.get("frequency") or "daily"),
+        )
+        ctx.service.update(sub, choices, paused=bool(form.get("paused")))
+    except InvalidRequest as e:
+        return _manage_form(ctx, request, token, sub, error=e.reason, status=400)
+    except SubscriberError as e:
+        return message(ctx, "You are not subscribed", str(e), 409, subscribe_link=True)
+    return RedirectResponse(f"/manage/{token}?saved=1", status_code=303)
+
+
+# ---------------------------------------------------------------------------- unsubscribe
+
+
+@router.get("/unsubscribe/{token}", response_class=HTMLResponse)
+def unsubscribe_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    try:
+        sub = ctx.service.subscriber_for(Purpose.UNSUBSCRIBE, token)
+    except TokenError as e:
+        return token_problem(ctx, e, "unsubscribe")
+    done = sub is None or sub.status is SubscriberStatus.UNSUBSCRIBED
+    return page(ctx, "unsubscribe.html", token=token, subscriber=sub, done=done)
+
+
+@router.post("/unsubscribe/{token}", response_class=HTMLResponse)
+def unsubscribe_now(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """RFC 8058 one-click: no cookie, no CSRF token, no redirect; idempotent; answers 200."""
+    try:
+        sub = ctx.service.unsubscribe(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "unsubscribe")
+    return page(ctx, "unsubscribed.html", subscriber=sub)
+
+
+# ---------------------------------------------------------------------------- archive
+
+
+@router.get("/archive/view/{token}", response_class=HTMLResponse)
+def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    try:
+        data = ctx.service.tokens.read(Purpose.VIEW, token)
+        sid = data["s"]
+        day = date.fromisoformat(data["d"])
+        if not isinstance(sid, int):
+            raise TypeError(sid)
+    except TokenError as e:
+        return token_problem(ctx, e, "view-in-browser")
+    except (KeyError, TypeError, ValueError):
+        return token_problem(ctx, TokenError("not valid"), "view-in-browser")
+    sub = ctx.store.subscriber_by_id(sid)
+    links = None
+    if sub is not None:
+        own = ctx.service.links(sub)
+        links = DigestLinks(unsubscribe=own.unsubscribe, manage=own.manage)
+    html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sid, day, links)
+    if html is None:
+        return message(ctx, "No such digest", "This digest is not in the archive.", 404)
+    response = HTMLResponse(html)
+    response.headers["Content-Security-Policy"] = CSP_DIGEST
+    return response
+
+
+@router.get("/archive", response_class=HTMLResponse)
+def archive_index(ctx: WebContext = Ctx) -> HTMLResponse:
+    days = ctx.store.sent_edition_dates(60)
+    response = page(ctx, "archive_index.html", days=days)
+    response.headers["Cache-Control"] = "public, max-age=600"
+    return response
+
+
+@router.get("/archive/{day}", response_class=HTMLResponse)
+def archive_day(day: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    try:
+        when = date.fromisoformat(day)
+    except ValueError:
+        return message(ctx, "No such day", f"{day!r} is not a date like 2026-11-17.", 404)
+    if not archivable(when, ctx.now()):
+        return message(ctx, "No such day", "There is no archive for that day.", 404)
+    result = trending_on(ctx.config.settings, ctx.store, when)
+    response = page(
+        ctx, "archive_day.html", day=result, label=f"{when:%A}, {when:%B} {when.day}, {when.year}"
+    )
+    response.headers["Cache-Control"] = "public, max-age=600"
+    return response
