@@ -1,0 +1,57 @@
+"""Operator alerts: a failed run, or a weekday fetch that found no papers.
+
+Every alert is logged at ERROR. When ``alerts.email`` is set it is also mailed to the operator
+through the configured relay; if the relay itself is what failed, the log line is the alert
+(no retry loop, no second alert for the same run).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from email import policy
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+from newsletter.config import Config
+from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, make_message_id
+from newsletter.errors import NewsletterError
+
+log = logging.getLogger("newsletter.alerts")
+
+
+def alert(
+    config: Config,
+    subject: str,
+    body: str,
+    now: datetime,
+    *,
+    mailer_factory: MailerFactory | None = None,
+    relay_broken: bool = False,
+) -> bool:
+    """Log the alert and mail it to ``alerts.email`` if set. True when a mail went out."""
+    log.error("ALERT: %s", subject, extra={"alert": subject, "detail": body})
+    to = config.settings.alerts.email
+    if not to or relay_broken:
+        return False
+    sender = config.settings.sender
+    msg = EmailMessage()
+    msg["Subject"] = f"[newsletter] {subject}"
+    msg["From"] = sender.from_
+    msg["To"] = to
+    msg["Date"] = format_datetime(now)
+    msg["Message-ID"] = make_message_id(sender.message_domain)
+    msg["Auto-Submitted"] = "auto-generated"
+    msg.set_content(body + "\n\n-- newsletter (this is an operator alert)\n")
+    envelope = Envelope(
+        sender.from_address, to, msg.as_bytes(policy=policy.SMTP), str(msg["Message-ID"])
+    )
+    mailer = (mailer_factory or (lambda: SmtpMailer(config.settings.smtp)))()
+    try:
+        mailer.send(envelope)
+        return True
+    except NewsletterError as e:
+        log.error("could not mail the alert to %s: %s", to, e)
+        return False
+    finally:
+        mailer.close()

@@ -1,0 +1,84 @@
+"""Logging: readable lines on a terminal, one JSON object per line everywhere else.
+
+Run steps log one line each with their counts in ``extra={"counts": {...}}`` so a log pipeline
+can chart them: ``{"ts": ..., "level": "info", "logger": "newsletter.run", "msg": "send done",
+"counts": {"sent": 3, ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Format = Literal["auto", "json", "text"]
+
+run_log = logging.getLogger("newsletter.run")
+_STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
+        counts = getattr(record, "counts", None)
+        if isinstance(counts, dict) and counts:
+            line += " (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + ")"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def setup_logging(verbosity: int = 0, fmt: Format = "auto") -> None:
+    """Configure the root logger once for a command. ``auto``: JSON unless stderr is a terminal."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    handler = _StderrHandler()
+    handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(logging.DEBUG, logging.WARNING - 10 * verbosity))
+    # One line per run step (with counts) is always wanted in machine logs; on a terminal the
+    # commands print their own summaries, so the step lines appear only with -v.
+    run_log.setLevel(logging.INFO if use_json or verbosity else logging.WARNING)
+    logging.getLogger("newsletter").setLevel(logging.INFO if use_json else root.level)
+    for noisy in ("apscheduler", "uvicorn.access", "mail.log", "asyncio", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def step(msg: str, **counts: Any) -> None:
+    """One line per run step, with its counts."""
+    run_log.info(msg, extra={"counts": counts})
