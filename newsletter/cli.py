@@ -1,0 +1,1082 @@
+"""The ``newsletter`` command: a thin layer over the same functions the scheduler and web use."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from newsletter import __version__
+from newsletter.addresses import InvalidAddress, normalize_address
+from newsletter.clock import utcnow
+from newsletter.config import Config, load_config
+from newsletter.errors import NewsletterError
+from newsletter.models import SubscriberStatus
+from newsletter.store import Store
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass
+class Context:
+    config_path: str | None
+    _config: Config | None = None
+    _stores: list[Store] = field(default_factory=list)
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def open_store(self) -> Store:
+        store = Store(self.config.database_url)
+        self._stores.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self._stores:
+            store.close()
+        self._stores.clear()
+
+    def store(self, *, migrate: bool = False) -> Store:
+        store = self.open_store()
+        if migrate:
+            store.upgrade()
+        else:
+            store.check_schema()
+        return store
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err_console.print(
+        f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True
+    )
+    sys.exit(code)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """Turn newsletter's own errors into one clear line and exit status 1."""
+    try:
+        yield
+    except NewsletterError as e:
+        fail(click.style(str(e), bold=False).replace("[", r"\["))
+
+
+def seed_subscribers(config: Config, store: Store) -> int:
+    """Insert the subscribers listed in the config that the database does not have yet."""
+    now = utcnow()
+    added = 0
+    for seed in config.settings.subscribers:
+        _, created = store.add_subscriber(
+            seed.email,
+            name=seed.name,
+            topics=seed.topics,
+            timezone=seed.timezone or config.settings.schedule.timezone,
+            now=now,
+            consent={"how": "config", "when": now.isoformat(), "where": str(config.path)},
+        )
+        added += int(created)
+    return added
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--config",
+    "-c",
+    "config_path",
+    envvar="NEWSLETTER_CONFIG",
+    metavar="FILE",
+    help="Config file (default: $NEWSLETTER_CONFIG, else ./newsletter.yaml).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "text"]),
+    default="auto",
+    envvar="NEWSLETTER_LOG_FORMAT",
+    show_default=True,
+    help="Log lines as text or JSON; auto: JSON unless stderr is a terminal.",
+)
+@click.version_option(__version__, prog_name="newsletter")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: str) -> None:
+    """Email each subscriber a daily digest of the research papers trending in their topics.
+
+    \b
+    Getting started:
+      newsletter init                 write a commented starter config
+      newsletter db upgrade           create or migrate the database
+      newsletter fetch                pull new papers from every source
+      newsletter send --now           send today's digests
+    """
+    from newsletter.logs import setup_logging
+
+    setup_logging(verbose, log_format)  # type: ignore[arg-type]
+    ctx.obj = Context(config_path)
+    ctx.call_on_close(ctx.obj.close)
+
+
+# ---------------------------------------------------------------------------- init
+
+
+def example_config() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (
+        here / "data" / "newsletter.example.yaml",
+        here.parent / "config" / "newsletter.example.yaml",
+    ):
+        if candidate.is_file():
+            return candidate
+    raise NewsletterError("the example config is missing from this install")
+
+
+@cli.command()
+@click.argument("path", default="newsletter.yaml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(path: Path, force: bool) -> None:
+    """Write a commented starter config to PATH (default ./newsletter.yaml)."""
+    with errors():
+        if path.exists() and not force:
+            fail(f"{path} already exists; pass --force to overwrite it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(example_config(), path)
+    console.print(f"Wrote [bold]{path}[/]. Next:")
+    console.print(f"  1. edit it: sources, topics, smtp, sender ({path})")
+    console.print("  2. newsletter db upgrade")
+    console.print("  3. newsletter fetch && newsletter send --now --dry-run")
+
+
+# ---------------------------------------------------------------------------- db
+
+
+@cli.group()
+def db() -> None:
+    """Database schema (Alembic migrations)."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(obj: Context) -> None:
+    """Create the database or migrate it to the current schema; add the config's subscribers."""
+    with errors():
+        store = obj.open_store()
+        before = store.current_revision()
+        store.upgrade()
+        added = seed_subscribers(obj.config, store)
+        after = store.current_revision()
+        url = store.engine.url.render_as_string(hide_password=True)
+    if before == after:
+        console.print(f"Database {url} is up to date (revision {after}).")
+    else:
+        console.print(f"Database {url} migrated: {before or 'empty'} → {after}.")
+    if added:
+        console.print(f"Added {added} subscriber(s) from {obj.config.path}.")
+
+
+@db.command("current")
+@click.pass_obj
+def db_current(obj: Context) -> None:
+    """Show the database's schema revision and the code's."""
+    with errors():
+        store = obj.open_store()
+        console.print(
+            f"database: {store.current_revision() or 'empty'}  code: {store.head_revision()}"
+        )
+
+
+# ---------------------------------------------------------------------------- fetch
+
+
+@cli.command()
+@click.option(
+    "--source", "sources", multiple=True, metavar="NAME", help="Only this source (repeatable)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the per-source report as JSON.")
+@click.pass_obj
+def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
+    """Pull new papers from every configured source and store them."""
+    from rich.progress import Progress
+
+    from newsletter.runs import fetch_step
+
+    with errors():
+        config = obj.config
+        known = {s.name for s in config.settings.sources}
+        unknown = [s for s in sources if s not in known]
+        if unknown:
+            fail(
+                f"unknown source {', '.join(unknown)} (configured: {', '.join(sorted(known)) or 'none'})"
+            )
+        store = obj.store()
+        enabled = [
+            s for s in config.settings.sources if s.enabled and (not sources or s.name in sources)
+        ]
+        if not enabled:
+            fail(f"no sources to fetch; add some under 'sources:' in {config.path}")
+        with Progress(
+            console=err_console, transient=True, disable=as_json or not err_console.is_terminal
+        ) as bar:
+            task = bar.add_task("fetching", total=len(enabled))
+            report = fetch_step(
+                config,
+                store,
+                utcnow(),
+                only=sources,
+                progress=lambda s, r: bar.update(task, advance=1, description=s.name),
+            )
+    if as_json:
+        click.echo(json.dumps(fetch_report_json(report), indent=2))
+    else:
+        print_fetch_report(report)
+    if report.failed and len(report.failed) == len(report.sources):
+        sys.exit(1)
+
+
+def fetch_report_json(report: Any) -> dict[str, Any]:
+    return {
+        "entries": report.entries,
+        "new": report.new,
+        "updated": report.updated,
+        "sources": [
+            {
+                "source": s.source,
+                "url": s.url,
+                "entries": s.entries,
+                "new": s.new,
+                "updated": s.updated,
+                "unchanged": s.unchanged,
+                "not_modified": s.not_modified,
+                "skipped": [{"what": k.what, "reason": k.reason} for k in s.skipped],
+                "errors": list(s.errors),
+                "seconds": round(s.seconds, 3),
+            }
+            for s in report.sources
+        ],
+    }
+
+
+def print_fetch_report(report: Any) -> None:
+    table = Table(title="Fetch", title_justify="left")
+    for col in ("source", "entries", "new", "updated", "skipped", "errors", "time"):
+        table.add_column(col, justify="left" if col in ("source", "errors") else "right")
+    for s in report.sources:
+        err = "304 not modified" if s.not_modified else ("; ".join(s.errors) or "")
+        table.add_row(
+            s.source,
+            str(s.entries),
+            str(s.new),
+            str(s.updated),
+            str(len(s.skipped)),
+            err,
+            f"{s.seconds:.2f}s",
+        )
+    console.print(table)
+    console.print(f"{report.entries} entries, {report.new} new papers, {report.updated} updated.")
+    for s in report.sources:
+        for k in s.skipped:
+            console.print(f"  skipped in {s.source}: {k.what}: {k.reason}", highlight=False)
+
+
+# ---------------------------------------------------------------------------- send and preview
+
+
+@cli.command()
+@click.option(
+    "--now",
+    "now_flag",
+    is_flag=True,
+    help="Send today's editions now (everyone due who has not had one).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Rank and render, but send nothing and record nothing."
+)
+@click.option("--to", "to", metavar="EMAIL", help="Only this subscriber.")
+@click.option(
+    "--topic", metavar="NAME", help="Only followers of this topic; their digest holds only it."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --to: send today's edition again even though it went out (marked as forced).",
+)
+@click.option("--fetch/--no-fetch", "do_fetch", default=False, help="Fetch sources first.")
+@click.pass_obj
+def send(
+    obj: Context,
+    now_flag: bool,
+    dry_run: bool,
+    to: str | None,
+    topic: str | None,
+    force: bool,
+    do_fetch: bool,
+) -> None:
+    """Send today's digest to every active subscriber who has not had it yet.
+
+    \b
+    newsletter send --now                       everyone due today
+    newsletter send --now --dry-run             what would go out; sends and records nothing
+    newsletter send --now --to ada@example.org  one subscriber
+    newsletter send --now --topic moe           followers of one topic, that topic only
+    newsletter send --now --to ada@example.org --force   re-send today's edition to one address
+    """
+    if not now_flag:
+        fail(
+            "say --now to send today's editions now (the scheduler sends them on time: 'newsletter serve')"
+        )
+    if force and not to:
+        fail("--force re-sends one subscriber's edition: add --to EMAIL")
+    with errors():
+        if topic is not None and topic not in {t.name for t in obj.config.settings.topics}:
+            names = ", ".join(t.name for t in obj.config.settings.topics)
+            fail(f"unknown topic {topic} (available: {names})")
+        report = do_send(obj, to=to, dry_run=dry_run, do_fetch=do_fetch, topic=topic, force=force)
+    if report.relay_error:
+        sys.exit(2)
+    if report.failed:
+        sys.exit(1)
+
+
+def do_send(
+    obj: Context,
+    *,
+    to: str | None,
+    dry_run: bool,
+    do_fetch: bool,
+    keep_rendered: int = 0,
+    topic: str | None = None,
+    force: bool = False,
+) -> Any:
+    from newsletter.runs import fetch_step, send_step
+
+    config = obj.config
+    store = obj.store()
+    seed_subscribers(config, store)
+    if to is not None:
+        to = _address(to)
+        sub = store.get_subscriber(to)
+        if sub is None:
+            fail(
+                f"{to} is not a subscriber; add it with 'newsletter subscribers add {to} --topic NAME'"
+            )
+        if sub.status is not SubscriberStatus.ACTIVE:
+            fail(f"{to} is {sub.status.value}; only active subscribers get digests")
+    now = utcnow()
+    if do_fetch:
+        print_fetch_report(fetch_step(config, store, now))
+    report = send_step(
+        config,
+        store,
+        now,
+        to=to,
+        topic=topic,
+        force=force,
+        dry_run=dry_run,
+        keep_rendered=keep_rendered,
+    )
+    print_send_report(report)
+    return report
+
+
+def print_send_report(report: Any) -> None:
+    dates = ", ".join(sorted(d.isoformat() for d in report.dates)) or "today"
+    if report.dry_run:
+        console.print(
+            f"Dry run for {dates}: {len(report.rendered)} digest(s) would be sent, {report.empty} empty; nothing was sent or recorded."
+        )
+        for addr, rendered in report.rendered:
+            console.print(f"  {addr}: {rendered.subject}", highlight=False)
+        return
+    table = Table(title=f"Edition {dates}", title_justify="left")
+    for col in ("subscribers", "sent", "already sent", "empty", "failed", "suppressed"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        *(
+            str(x)
+            for x in (
+                report.considered,
+                report.sent,
+                report.already,
+                report.empty,
+                report.failed,
+                report.suppressed,
+            )
+        )
+    )
+    console.print(table)
+    if report.considered == 0:
+        console.print(
+            "No active subscribers. Add one: newsletter subscribers add EMAIL --topic NAME"
+        )
+    if report.no_listing:
+        console.print(
+            f"{report.no_listing} edition(s) skipped: {report.no_listing_reason}; "
+            "their papers go out in the next edition.",
+            highlight=False,
+        )
+    if report.stopped:
+        console.print("Stopped on request after the message in flight; run again to finish.")
+    if report.considered == 0:
+        pass
+    elif report.already == report.considered:
+        console.print(
+            f"Today's editions were already sent ({report.already} of {report.considered}); nothing to do."
+        )
+    for e in report.errors:
+        console.print(f"  failed: {e}", highlight=False)
+    if report.relay_error:
+        err_console.print(
+            f"[bold red]error:[/] {report.relay_error}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
+            highlight=False,
+        )
+
+
+@cli.command()
+@click.option(
+    "--to", "to", required=True, metavar="EMAIL", help="The subscriber whose digest to render."
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the HTML.",
+)
+@click.option(
+    "--text",
+    "text_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the text part here.",
+)
+@click.pass_obj
+def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
+    """Render what a subscriber would get today, without sending or recording anything."""
+    from newsletter.edition import EditionBuilder, edition_date_for
+
+    with errors():
+        store = obj.store()
+        seed_subscribers(obj.config, store)
+        address = _address(to)
+        sub = store.get_subscriber(address)
+        if sub is None:
+            fail(f"{address} is not a subscriber")
+        now = utcnow()
+        builder = EditionBuilder(obj.config, store, now)
+        sent = store.sent_paper_ids([sub.id])[sub.id]
+        digest = builder.digest(sub, edition_date_for(sub, now), sent)
+        rendered, _ = builder.render(digest)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(rendered.html, encoding="utf-8")
+        if text_out is not None:
+            text_out.write_text(rendered.text, encoding="utf-8")
+    console.print(f"Subject: {rendered.subject}", highlight=False)
+    console.print(f"Wrote {out} ({len(digest.items)} papers).")
+
+
+@cli.command("rank")
+@click.option(
+    "--to", "to", required=True, metavar="EMAIL", help="The subscriber whose ranking to show."
+)
+@click.option("--explain", is_flag=True, help="Show how each score was made.")
+@click.pass_obj
+def rank_cmd(obj: Context, to: str, explain: bool) -> None:
+    """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
+    from datetime import timedelta
+
+    from rich.markup import escape
+
+    from newsletter.rank import Ranker
+
+    with errors():
+        config = obj.config
+        settings = config.settings
+        store = obj.store()
+        seed_subscribers(config, store)
+        address = _address(to)
+        sub = store.get_subscriber(address)
+        if sub is None:
+            fail(f"{address} is not a subscriber")
+        now = utcnow()
+        papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
+        ranker = Ranker(settings.topics, papers, now)
+        sent = store.sent_paper_ids([sub.id])[sub.id]
+        sections = ranker.sections(
+            sub.topics,
+            exclude_ids=sent,
+            max_items=settings.digest.max_items,
+            group_by_topic=settings.digest.group_by_topic,
+        )
+    console.print(
+        f"{escape(sub.email)} ({sub.status.value}): topics {', '.join(sub.topics) or 'none'}; "
+        f"{len(papers)} papers from the last {settings.digest.lookback_days} days, "
+        f"{len(sent)} already sent to them.",
+        highlight=False,
+    )
+    missing = [t for t in sub.topics if t not in ranker.topics]
+    if missing:
+        console.print(f"Topics no longer in the config (ignored): {', '.join(missing)}")
+    for section in sections:
+        console.print(f"\n[bold]{escape(section.title)}[/] ({len(section.items)})", highlight=False)
+        if not section.items:
+            console.print("  nothing new matches this topic today")
+        for n, item in enumerate(section.items, start=1):
+            console.print(
+                f"{n:3}. {item.score:8.3f}  {escape(item.paper.key)}  {escape(item.paper.title)}",
+                highlight=False,
+            )
+            console.print(f"               {escape(item.reason)}", highlight=False)
+            if explain:
+                topic = "" if settings.digest.group_by_topic else f" (topic {item.topic})"
+                for line in ranker.explain(item).lines():
+                    console.print(f"               {escape(line)}{topic}", highlight=False)
+                    topic = ""
+
+
+# ---------------------------------------------------------------------------- subscribers
+
+
+def _address(value: str) -> str:
+    try:
+        return normalize_address(value)
+    except InvalidAddress as e:
+        fail(str(e))
+
+
+@cli.group()
+def subscribers() -> None:
+    """Add, import, export, list, show and remove subscribers."""
+
+
+@subscribers.command("add")
+@click.argument("email")
+@click.option(
+    "--topic", "topics", multiple=True, metavar="NAME", help="A topic to follow (repeatable)."
+)
+@click.option("--name", default="", help="Display name.")
+@click.option("--timezone", "tz", default=None, help="IANA timezone (default: schedule.timezone).")
+@click.pass_obj
+def subscribers_add(
+    obj: Context, email: str, topics: tuple[str, ...], name: str, tz: str | None
+) -> None:
+    """Add an active subscriber (an operator adding someone who has agreed)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    with errors():
+        config = obj.config
+        address = _address(email)
+        names = [t.name for t in config.settings.topics]
+        if not topics:
+            fail(
+                f"name at least one --topic (available: {', '.join(names) or 'none; add topics to the config'})"
+            )
+        bad = [t for t in topics if t not in names]
+        if bad:
+            fail(f"unknown topic {', '.join(bad)} (available: {', '.join(names)})")
+        timezone = tz or config.settings.schedule.timezone
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            fail(f"unknown timezone {timezone!r}")
+        store = obj.store()
+        now = utcnow()
+        sub, created = store.add_subscriber(
+            address,
+            name=name,
+            topics=topics,
+            timezone=timezone,
+            now=now,
+            consent={"how": "cli", "when": now.isoformat(), "where": "newsletter subscribers add"},
+        )
+    if created:
+        console.print(f"Added {sub.email} ({', '.join(sub.topics)}).", highlight=False)
+    else:
+        console.print(
+            f"{sub.email} is already a subscriber ({sub.status.value}; {', '.join(sub.topics)}).",
+            highlight=False,
+        )
+
+
+@subscribers.command("list")
+@click.option(
+    "--status", type=click.Choice([s.value for s in SubscriberStatus]), help="Only this status."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
+    """List subscribers with their status and topics."""
+    with errors():
+        store = obj.store()
+        rows = [
+            s
+            for batch in store.iter_subscribers(SubscriberStatus(status) if status else None)
+            for s in batch
+        ]
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "email": s.email,
+                        "name": s.name,
+                        "status": s.status.value,
+                        "topics": list(s.topics),
+                        "timezone": s.timezone,
+                    }
+                    for s in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    if not rows:
+        console.print(
+            "No subscribers"
+            + (
+                f" with status {status}."
+                if status
+                else ". Add one: newsletter subscribers add EMAIL --topic NAME"
+            )
+        )
+        return
+    table = Table()
+    for col in ("email", "name", "status", "topics", "timezone", "since"):
+        table.add_column(col)
+    for s in rows:
+        table.add_row(
+            s.email,
+            s.name,
+            s.status.value,
+            ", ".join(s.topics),
+            s.timezone,
+            s.created.date().isoformat(),
+        )
+    console.print(table)
+
+
+@subscribers.command("remove")
+@click.argument("email")
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Delete the subscriber and their history instead of marking them unsubscribed.",
+)
+@click.pass_obj
+def subscribers_remove(obj: Context, email: str, forget: bool) -> None:
+    """Unsubscribe an address (no more digests), or erase it with --forget."""
+    with errors():
+        address = _address(email)
+        store = obj.store()
+        if forget:
+            from newsletter.subscribe import Subscriptions
+
+            ok = Subscriptions(obj.config, store).forget(address)
+        else:
+            ok = store.set_status(address, SubscriberStatus.UNSUBSCRIBED, utcnow())
+    if not ok:
+        fail(f"{address} is not a subscriber")
+    console.print(f"{'Erased' if forget else 'Unsubscribed'} {address}.")
+
+
+CSV_FIELDS = (
+    "email",
+    "name",
+    "status",
+    "topics",
+    "timezone",
+    "send_hour",
+    "frequency",
+    "created",
+    "confirmed",
+)
+
+
+@subscribers.command("export")
+@click.option(
+    "--status", type=click.Choice([s.value for s in SubscriberStatus]), help="Only this status."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this file (default: standard output).",
+)
+@click.pass_obj
+def subscribers_export(obj: Context, status: str | None, out: Path | None) -> None:
+    """Write subscribers as CSV (topics separated by spaces); 'import' reads the same format."""
+    import csv
+    import io
+
+    with errors():
+        store = obj.store()
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(CSV_FIELDS)
+        for batch in store.iter_subscribers(SubscriberStatus(status) if status else None):
+            for s in batch:
+                writer.writerow(
+                    [
+                        s.email,
+                        s.name,
+                        s.status.value,
+                        " ".join(s.topics),
+                        s.timezone,
+                        "" if s.send_hour is None else s.send_hour,
+                        s.frequency.value,
+                        s.created.isoformat(),
+                        s.confirmed.isoformat() if s.confirmed else "",
+                    ]
+                )
+    if out is None:
+        click.echo(buf.getvalue(), nl=False)
+    else:
+        out.write_text(buf.getvalue(), encoding="utf-8")
+        console.print(f"Wrote {out}.")
+
+
+@subscribers.command("import")
+@click.argument("csv_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--topic",
+    "default_topics",
+    multiple=True,
+    metavar="NAME",
+    help="Topic for rows without one (repeatable).",
+)
+@click.option("--dry-run", is_flag=True, help="Check every row; add nobody.")
+@click.pass_obj
+def subscribers_import(
+    obj: Context, csv_file: Path, default_topics: tuple[str, ...], dry_run: bool
+) -> None:
+    """Add active subscribers from a CSV with a header row: email, and optionally name, topics
+    (separated by spaces or ';'), timezone, send_hour, frequency, consent (how they agreed).
+
+    Only import people who agreed to get the digest. Bad rows are reported by line and skipped;
+    addresses already present are left as they are.
+    """
+    import csv
+
+    from newsletter.subscribe import InvalidRequest, Subscriptions, parse_address
+
+    with errors():
+        config = obj.config
+        store = obj.store()
+        service = Subscriptions(config, store)
+        now = utcnow()
+        added = kept = 0
+        problems: list[str] = []
+        with csv_file.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or "email" not in reader.fieldnames:
+                fail(f"{csv_file}: the first row must be a header with an 'email' column")
+            for row in reader:
+                line = reader.line_num
+                try:
+                    address = parse_address(row.get("email") or "")
+                    raw = (row.get("topics") or "").replace(";", " ").split()
+                    hour = (row.get("send_hour") or "").strip()
+                    choices = service.choices(
+                        raw or list(default_topics),
+                        (row.get("timezone") or "").strip() or None,
+                        int(hour) if hour.isdigit() else None,
+                        (row.get("frequency") or "daily").strip() or "daily",
+                    )
+                except InvalidRequest as e:
+                    problems.append(f"{csv_file}:{line}: {e}")
+                    continue
+                if store.get_subscriber(address) is not None:
+                    kept += 1
+                    continue
+                if dry_run:
+                    added += 1
+                    continue
+                store.confirm_subscriber(
+                    address,
+                    name=(row.get("name") or "").strip(),
+                    topics=choices.topics,
+                    timezone=choices.timezone,
+                    send_hour=choices.send_hour,
+                    frequency=choices.frequency,
+                    now=now,
+                    consent={
+                        "how": "import",
+                        "when": now.isoformat(),
+                        "where": f"{csv_file.name}:{line}",
+                        "source": (row.get("consent") or "").strip(),
+                    },
+                )
+                added += 1
+    for p in problems:
+        click.echo(f"skipped {p}", err=True)
+    verb = "would add" if dry_run else "added"
+    click.echo(f"{csv_file}: {verb} {added}, already present {kept}, skipped {len(problems)}.")
+    if problems:
+        sys.exit(1)
+
+
+@subscribers.command("show")
+@click.argument("email")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
+    """Show one subscriber with their consent record (when, how, from where they agreed)."""
+    with errors():
+        address = _address(email)
+        store = obj.store()
+        sub = store.get_subscriber(address)
+        if sub is None:
+            fail(f"{address} is not a subscriber")
+        consent = store.consent_record(sub.id) or {}
+    data = {
+        "email": sub.email,
+        "name": sub.name,
+        "status": sub.status.value,
+        "topics": list(sub.topics),
+        "timezone": sub.timezone,
+        "send_hour": sub.send_hour,
+        "frequency": sub.frequency.value,
+        "created": sub.created.isoformat(),
+        "confirmed": sub.confirmed.isoformat() if sub.confirmed else None,
+        "consent": consent,
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return
+    for key, value in data.items():
+        if key == "consent":
+            continue
+        shown = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
+        click.echo(f"{key:>10}: {shown}")
+    click.echo("   consent:")
+    history = consent.get("history") or ([consent] if consent else [])
+    if not history:
+        click.echo("            (none recorded)")
+    for entry in history:
+        parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
+        click.echo("            " + "  ".join(parts))
+
+
+# ---------------------------------------------------------------------------- serve and inbound
+
+
+def serve_app(
+    config: Config, store: Store, *, host: str, port: int, scheduler: bool = True
+) -> None:
+    """Run the web app, the scheduler and (when configured) the inbound receiver until stopped."""
+    from newsletter.service import run_service
+
+    run_service(config, store, host=host, port=port, scheduler=scheduler)
+
+
+@cli.command()
+@click.option("--host", default=None, help="Address to listen on (default: web.host).")
+@click.option("--port", default=None, type=int, help="Port (default: web.port).")
+@click.option(
+    "--no-scheduler", is_flag=True, help="Web pages only: no scheduled fetches or editions."
+)
+@click.pass_obj
+def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) -> None:
+    """Run everything one machine needs: web pages, scheduler, inbound email commands.
+
+    The scheduler fetches sources after arXiv's announcements and sends each subscriber's
+    edition at their local hour (schedule: in the config). SIGTERM or Ctrl-C finishes the
+    message in flight, then stops.
+    """
+    with errors():
+        config = obj.config
+        store = obj.store()
+        web = config.settings.web
+        console.print(
+            f"Serving on http://{host or web.host}:{port or web.port} (public URL: {config.settings.sender.base_url}).",
+            highlight=False,
+        )
+        serve_app(
+            config, store, host=host or web.host, port=port or web.port, scheduler=not no_scheduler
+        )
+
+
+@cli.command()
+@click.option("--host", default=None, help="Address to listen on (default: inbound.host).")
+@click.option("--port", default=None, type=int, help="Port (default: inbound.port).")
+@click.pass_obj
+def inbound(obj: Context, host: str | None, port: int | None) -> None:
+    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address."""
+    import time
+
+    from newsletter.inbound import InboundServer
+    from newsletter.subscribe import Subscriptions
+
+    with errors():
+        config = obj.config
+        store = obj.store()
+        settings = config.settings.inbound.model_copy(
+            update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        )
+        service = Subscriptions(config, store)
+        with InboundServer(service, settings):
+            kind = "LMTP" if settings.lmtp else "SMTP"
+            console.print(
+                f"Answering email commands by {kind} on {settings.host}:{settings.port}"
+                f" for {settings.address or 'any recipient'}. Ctrl-C stops it.",
+                highlight=False,
+            )
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+
+
+# ---------------------------------------------------------------------------- demo and sink
+
+
+@cli.command()
+@click.option(
+    "--dir",
+    "var",
+    default="var/demo",
+    type=click.Path(file_okay=False, path_type=Path),
+    show_default=True,
+    help="Where the sink's Maildir and the rendered digests go.",
+)
+@click.pass_obj
+def demo(obj: Context, var: Path) -> None:
+    """One full edition on the bundled demo: fetch snapshots, send to a local SMTP sink."""
+    from newsletter.demo import run_demo
+
+    with errors():
+        run_demo(obj.config, var, console)
+
+
+@cli.command()
+@click.option(
+    "--maildir",
+    default="var/sink",
+    type=click.Path(file_okay=False, path_type=Path),
+    show_default=True,
+)
+@click.option("--port", default=2525, show_default=True, help="Port on 127.0.0.1.")
+def sink(maildir: Path, port: int) -> None:
+    """Run a local SMTP server that stores every message in a Maildir (for trying things out)."""
+    import time
+
+    from newsletter.sink import MaildirSink
+
+    with MaildirSink(maildir, port=port):
+        console.print(f"SMTP sink on 127.0.0.1:{port}, storing into {maildir}. Ctrl-C stops it.")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def main() -> None:
+    cli(prog_name="newsletter")
+
+
+# ---------------------------------------------------------------------------- status
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--runs", "run_count", default=10, show_default=True, help="How many recent runs.")
+@click.pass_obj
+def status(obj: Context, as_json: bool, run_count: int) -> None:
+    """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
+    from datetime import UTC
+
+    from newsletter.scheduler import Jobs, build_scheduler, next_runs
+
+    with errors():
+        config = obj.config
+        store = obj.store()
+        now = utcnow()
+        scheduler = build_scheduler(config, Jobs(fetch=lambda n: None, send_due=lambda n: None))
+        upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
+        upcoming.sort(key=lambda x: x[1] or now)
+        snapshot = store.ops_snapshot(now.date())
+        runs = store.last_runs(run_count)
+        suppressed = [
+            s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
+        ]
+    tick = config.settings.schedule.tick_minutes
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "next_fetches": [
+                        {"job": n, "at": w.isoformat() if w else None} for n, w in upcoming
+                    ],
+                    "editions_checked_every_minutes": tick,
+                    "subscribers": snapshot["subscribers"],
+                    "editions_today": snapshot["editions_today"],
+                    "papers": snapshot["papers"],
+                    "runs": [
+                        {
+                            "kind": r.kind,
+                            "started": r.started.isoformat(),
+                            "status": r.status,
+                            "counts": r.counts,
+                            "error": r.error,
+                        }
+                        for r in runs
+                    ],
+                    "failing_sources": [
+                        {"source": s, "consecutive_failures": n, "last_error": e}
+                        for s, n, e in snapshot["failing_sources"]
+                    ],
+                    "suppressed": [s.email for s in suppressed],
+                },
+                indent=2,
+            )
+        )
+        return
+    subs = snapshot["subscribers"]
+    console.print(
+        f"[bold]{subs.get('active', 0)}[/] active subscribers"
+        + "".join(f", {v} {k}" for k, v in sorted(subs.items()) if k != "active")
+        + f"; {snapshot['papers']} papers stored.",
+        highlight=False,
+    )
+    today = ", ".join(f"{v} {k}" for k, v in sorted(snapshot["editions_today"].items()))
+    console.print(f"Editions dated {now:%Y-%m-%d} (UTC): {today or 'none yet'}.", highlight=False)
+    console.print(f"Editions are checked every {tick} min; next fetches:")
+    for name, when in upcoming[:4]:
+        console.print(
+            f"  {when.astimezone(UTC):%a %Y-%m-%d %H:%M} UTC  {name}"
+            if when
+            else f"  never  {name}",
+            highlight=False,
+        )
+    table = Table(title="Recent runs", title_justify="left")
+    for col in ("started (UTC)", "kind", "status", "counts", "error"):
+        table.add_column(col)
+    for r in runs:
+        counts = ", ".join(f"{k} {v}" for k, v in r.counts.items() if v and v is not True)
+        table.add_row(f"{r.started:%Y-%m-%d %H:%M}", r.kind, r.status, counts, (r.error or "")[:80])
+    if runs:
+        console.print(table)
+    else:
+        console.print("No runs yet: 'newsletter fetch' and 'newsletter send --now' record theirs.")
+    for source, failures, error in snapshot["failing_sources"]:
+        console.print(
+            f"[yellow]source {source}[/] failed {failures} time(s) in a row: {error}",
+            highlight=False,
+        )
+    if suppressed:
+        console.print(
+            f"Suppressed addresses ({len(suppressed)}): "
+            + ", ".join(s.email for s in suppressed[:20])
+            + (" …" if len(suppressed) > 20 else ""),
+            highlight=False,
+        )

@@ -1,0 +1,73 @@
+"""``newsletter demo``: one full edition on the embedded default, to see the product work."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.runs import fetch_step, send_step
+from newsletter.sink import MaildirSink, html_part, read_maildir
+from newsletter.store import Store
+
+
+def run_demo(config: Config, var: Path, console: Console) -> Path | None:
+    """Start a sink, migrate, seed, fetch, send; print a summary and where the digests are."""
+    var.mkdir(parents=True, exist_ok=True)
+    store = Store(config.database_url)
+    try:
+        return _run(config, store, var, console)
+    finally:
+        store.close()
+
+
+def _run(config: Config, store: Store, var: Path, console: Console) -> Path | None:
+    from newsletter.cli import print_fetch_report, seed_subscribers
+
+    maildir = var / "maildir"
+    store.upgrade()
+    seed_subscribers(config, store)
+    now = utcnow()
+    with MaildirSink(maildir) as sink:
+        smtp = config.settings.smtp.model_copy(
+            update={"host": "127.0.0.1", "port": sink.port, "security": "none", "username": None}
+        )
+        settings = config.settings.model_copy(update={"smtp": smtp})
+        config = replace(config, settings=settings)
+        console.print(f"SMTP sink listening on 127.0.0.1:{sink.port} → {maildir}")
+        fetched = fetch_step(config, store, now)
+        print_fetch_report(fetched)
+        report = send_step(config, store, now, keep_rendered=100)
+    html_dir = var / "html"
+    html_dir.mkdir(exist_ok=True)
+    written: list[Path] = []
+    for msg in read_maildir(maildir):
+        html = html_part(msg)
+        to = str(msg.get("X-Sink-Rcpt-To", "unknown"))
+        if html is None:
+            continue
+        name = re.sub(r"[^a-zA-Z0-9]+", "-", to).strip("-")
+        path = html_dir / f"{name}.html"
+        path.write_text(html, encoding="utf-8")
+        written.append(path)
+    console.print()
+    console.print(
+        f"[bold]Summary[/]: {fetched.entries} entries fetched, {fetched.new} new papers "
+        f"({store.count_papers()} stored); digests sent: {report.sent}, "
+        f"already sent today: {report.already}, empty: {report.empty}, failed: {report.failed}."
+    )
+    if report.sent == 0 and report.already:
+        console.print(
+            f"Today's editions were already sent ({report.already} subscribers); a subscriber gets "
+            f"one edition a day. Delete {var} and {config.database_url.removeprefix('sqlite:///')} to start over."
+        )
+    console.print(f"Maildir with every message: {maildir.resolve()}")
+    if written:
+        first = sorted(written)[0].resolve()
+        console.print(f"Open a digest in a browser: [bold]{first}[/]")
+        return first
+    return None

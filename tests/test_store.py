@@ -1,0 +1,175 @@
+"""The store on SQLite and on the real PostgreSQL: schema, papers, subscribers, the ledger."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from newsletter.errors import StoreError
+from newsletter.ingest import decide
+from newsletter.models import AnnounceType, EditionStatus, PaperData, SubscriberStatus
+from newsletter.store import Store
+from newsletter.store.tables import metadata
+
+NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
+
+
+def paper(key: str, **kw: object) -> PaperData:
+    base = {
+        "title": f"Paper {key}",
+        "abstract": "About things.",
+        "authors": ("A. Author",),
+        "version": 1,
+    }
+    base.update(kw)
+    return PaperData(key=key, **base)  # type: ignore[arg-type]
+
+
+def test_migrations_create_exactly_the_tables_the_code_uses(store: Store) -> None:
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+    assert store.current_revision() == store.head_revision()
+
+
+def test_unmigrated_database_says_what_to_run(db_url: str) -> None:
+    s = Store(db_url)
+    try:
+        with pytest.raises(StoreError, match="run 'newsletter db upgrade' first"):
+            s.check_schema()
+    finally:
+        s.close()
+
+
+def test_papers_insert_then_rerun_changes_nothing(store: Store) -> None:
+    batch = [paper("2611.00001"), paper("2611.00002", upvotes=5)]
+    writes = decide(batch, store.papers_by_keys(p.key for p in batch))
+    store.write_papers("cs-dc", writes, NOW)
+    assert store.count_papers() == 2
+    again = decide(batch, store.papers_by_keys(p.key for p in batch))
+    assert all(not w.metadata_changed and not w.signals_changed for w in again)
+    assert all(w.paper_id is not None for w in again)
+
+
+def test_datetimes_come_back_aware_utc(store: Store) -> None:
+    store.write_papers("s", decide([paper("2611.00003")], {}), NOW)
+    got = store.papers_by_keys(["2611.00003"])["2611.00003"]
+    assert got.first_seen == NOW and got.first_seen.tzinfo is not None
+
+
+def test_same_paper_from_two_sources_is_one_record(store: Store) -> None:
+    store.write_papers("cs-dc", decide([paper("2611.00015", categories=("cs.DC",))], {}), NOW)
+    existing = store.papers_by_keys(["2611.00015"])
+    store.write_papers(
+        "cs-lg",
+        decide([paper("2611.00015", categories=("cs.LG",))], existing),
+        NOW + timedelta(minutes=1),
+    )
+    got = store.papers_by_keys(["2611.00015"])["2611.00015"]
+    assert store.count_papers() == 1
+    assert got.sources == ("cs-dc", "cs-lg")
+    assert set(got.categories) == {"cs.DC", "cs.LG"}
+
+
+def test_replacement_updates_and_is_not_new(store: Store) -> None:
+    store.write_papers("cs-dc", decide([paper("2611.00003", abstract="Old.")], {}), NOW)
+    existing = store.papers_by_keys(["2611.00003"])
+    v2 = paper(
+        "2611.00003",
+        abstract="Revised; corrects Table 3.",
+        version=2,
+        announce_type=AnnounceType.REPLACE,
+    )
+    writes = decide([v2], existing)
+    assert writes[0].paper_id is not None and writes[0].metadata_changed
+    store.write_papers("cs-dc", writes, NOW + timedelta(days=1))
+    got = store.papers_by_keys(["2611.00003"])["2611.00003"]
+    assert got.version == 2 and got.abstract.endswith("corrects Table 3.")
+    assert got.first_seen == NOW  # still first seen on day one: never re-announced
+
+
+def test_replacement_of_an_unknown_paper_is_stored_but_not_new(store: Store) -> None:
+    old = paper("2610.04417", version=2, announce_type=AnnounceType.REPLACE)
+    store.write_papers("cs-dc", decide([old], {}), NOW)
+    assert store.count_papers() == 1
+    assert store.recent_papers(NOW - timedelta(days=1)) == []
+
+
+def test_subscribers_round_trip(store: Store) -> None:
+    sub, created = store.add_subscriber(
+        "ada@example.org", name="Ada", topics=["moe", "llm"], timezone="Europe/London", now=NOW
+    )
+    assert created and sub.topics == ("llm", "moe") and sub.status is SubscriberStatus.ACTIVE
+    again, created2 = store.add_subscriber("ada@example.org", topics=["other"], now=NOW)
+    assert not created2 and again.id == sub.id and again.topics == ("llm", "moe")
+    assert store.set_status("ada@example.org", SubscriberStatus.UNSUBSCRIBED, NOW)
+    active = [s for b in store.iter_subscribers(SubscriberStatus.ACTIVE) for s in b]
+    assert active == []
+    assert (
+        store.remove_subscriber("ada@example.org")
+        and store.get_subscriber("ada@example.org") is None
+    )
+
+
+def test_iter_subscribers_streams_in_batches(store: Store) -> None:
+    for i in range(7):
+        store.add_subscriber(f"u{i}@example.org", topics=["t"], now=NOW)
+    batches = list(store.iter_subscribers(SubscriberStatus.ACTIVE, batch=3))
+    assert [len(b) for b in batches] == [3, 3, 1]
+
+
+def test_edition_claim_is_once_per_subscriber_and_date(store: Store) -> None:
+    sub, _ = store.add_subscriber("ada@example.org", topics=["t"], now=NOW)
+    day = date(2026, 11, 17)
+    first = store.claim_edition(sub.id, day, "<a@x>", NOW, owner="run-1")
+    assert first is not None and not first.resumed
+    assert store.claim_edition(sub.id, day, "<b@x>", NOW, owner="run-2") is None
+    store.mark_edition(first.id, EditionStatus.SENT, NOW)
+    later = NOW + timedelta(hours=5)
+    assert store.claim_edition(sub.id, day, "<c@x>", later, owner="run-3") is None
+    assert (
+        store.claim_edition(sub.id, day + timedelta(days=1), "<d@x>", later, owner="run-3")
+        is not None
+    )
+
+
+def test_stale_claim_is_resumed_with_its_message_id(store: Store) -> None:
+    sub, _ = store.add_subscriber("ada@example.org", topics=["t"], now=NOW)
+    day = date(2026, 11, 17)
+    assert store.claim_edition(sub.id, day, "<orig@x>", NOW, owner="crashed") is not None
+    soon = store.claim_edition(sub.id, day, "<new@x>", NOW + timedelta(minutes=1), owner="other")
+    assert soon is None  # the lease has not run out: maybe the first run is still working
+    late = store.claim_edition(sub.id, day, "<new@x>", NOW + timedelta(minutes=11), owner="other")
+    assert late is not None and late.resumed and late.message_id == "<orig@x>"
+
+
+def test_deferred_edition_is_retried_with_the_same_message_id(store: Store) -> None:
+    sub, _ = store.add_subscriber("ada@example.org", topics=["t"], now=NOW)
+    day = date(2026, 11, 17)
+    claim = store.claim_edition(sub.id, day, "<orig@x>", NOW, owner="r1")
+    assert claim is not None
+    store.mark_edition(claim.id, EditionStatus.DEFERRED, NOW, error="451 try later")
+    retry = store.claim_edition(sub.id, day, "<new@x>", NOW, owner="r2")
+    assert retry is not None and retry.message_id == "<orig@x>"
+
+
+def test_sent_papers_are_remembered(store: Store) -> None:
+    sub, _ = store.add_subscriber("ada@example.org", topics=["t"], now=NOW)
+    ids = store.write_papers("s", decide([paper("2611.00001"), paper("2611.00002")], {}), NOW)
+    claim = store.claim_edition(sub.id, date(2026, 11, 17), "<a@x>", NOW, owner="r")
+    assert claim is not None
+    store.mark_edition(claim.id, EditionStatus.SENT, NOW, paper_ids=list(ids.values()))
+    assert store.sent_paper_ids([sub.id]) == {sub.id: set(ids.values())}
+    record = store.edition_for(sub.id, date(2026, 11, 17))
+    assert record is not None and record.item_count == 2 and record.status is EditionStatus.SENT
+
+
+def test_permanent_failures_suppress_at_the_limit(store: Store) -> None:
+    sub, _ = store.add_subscriber("gone@example.org", topics=["t"], now=NOW)
+    assert not store.record_permanent_failure(sub.id, 2, NOW)
+    assert store.record_permanent_failure(sub.id, 2, NOW)
+    got = store.get_subscriber("gone@example.org")
+    assert got is not None and got.status is SubscriberStatus.SUPPRESSED
