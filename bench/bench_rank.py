@@ -13,6 +13,7 @@ of real terms (an ML/systems term list with aliases, plus words and word pairs f
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 import time
@@ -302,6 +303,11 @@ def main(quick: bool) -> str:
     result = top_n(queries, index, TOP, block=BLOCK)
     t3 = time.perf_counter()
     fast = t3 - t0
+    threads = min(4, os.cpu_count() or 1)
+    u0 = time.perf_counter()
+    serial_result = top_n(queries, index, TOP, block=BLOCK, threads=1)
+    one_thread = (t2 - t0) + (time.perf_counter() - u0)
+    same_serial = np.array_equal(serial_result.ids, result.ids)
 
     sample_rows = sorted(rng.sample(range(n_subs), sample))
     naive = NaiveRanker(papers)
@@ -320,7 +326,7 @@ def main(quick: bool) -> str:
             same += 1
         for (score, _), got in zip(expected[r], result.scores[r], strict=False):
             worst = max(worst, abs(score - got) / max(score, 1e-12))
-    ratio = loop / fast
+    ratio = loop / one_thread
     ok_time = fast <= 2.0
     ok_ratio = ratio >= 100
     ok_same = same == sample
@@ -344,16 +350,20 @@ IDF; it was timed on {sample} random subscribers and **extrapolated** to {n_subs
 |---|---|
 | compile {n_subs:,} rows to sparse matrices | {t1 - t0:.2f} s |
 | index {n_papers:,} papers (tokenize, phrases, BM25F weights) | {t2 - t1:.2f} s |
-| score + top {TOP} in blocks | {t3 - t2:.2f} s |
+| score + top {TOP} in blocks, {threads} threads | {t3 - t2:.2f} s |
+| the same on 1 thread (identical result: {same_serial}) | {one_thread - (t2 - t0):.2f} s |
 
 | measure | vectorized (scipy.sparse) | per-subscriber loop | ratio | target | result |
 |---|---|---|---|---|---|
-| all subscribers | {fast:.2f} s | {loop:,.0f} s (extrapolated: {per_sub * 1000:.1f} ms × {n_subs:,}) | {ratio:,.0f}× | ≤ 2 s and ≥ 100× | {mark(ok_time)} / {mark(ok_ratio)} |
+| all subscribers | {fast:.2f} s ({threads} threads; {one_thread:.2f} s on 1) | {loop:,.0f} s (extrapolated: {per_sub * 1000:.1f} ms × {n_subs:,}) | {ratio:,.0f}× (1 thread vs 1 thread) | ≤ 2 s and ≥ 100× | {mark(ok_time)} / {mark(ok_ratio)} |
 | same top {TOP} on {sample} sampled subscribers | {same}/{sample} identical | | | all | {mark(ok_same)} |
 
-Scoring and the top {TOP} alone take {t3 - t2:.2f} s ({"within" if t3 - t2 <= 2 else "over"} the 2 s target); the
-end-to-end figure in the table also compiles the rows and indexes the papers, and is the one judged.
+The end-to-end figure compiles the rows, indexes the papers, then scores and picks the top {TOP}
+in blocks spread over one thread per core (the sparse products and sorts release the GIL); the
+ratio compares the one-thread run with the one-thread loop. The top {TOP} is exact: each row's
+candidates are the scores above a lower bound of its {TOP}th best (from maxima of column ranges),
+sorted in float64.
 Largest relative score difference on the sample: {worst:.1e}. {matched:,} digest slots filled of
 {n_subs * TOP:,}. The machine has 2 cores shared with other jobs while this ran, so absolute times
-are noisy (both paths are single-threaded and measured in the same run).
+are noisy (both paths are measured in the same run).
 """
