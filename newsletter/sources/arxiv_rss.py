@@ -35,7 +35,7 @@ def parse(body: bytes, url: str) -> ParseResult:
             skipped.append(Skipped(clean_text(entry.get("title")) or "(untitled entry)", why))
         else:
             papers.append(paper)
-    problems = bozo_problem(parsed, url)
+    problems = bozo_problem(parsed, url, body)
     return ParseResult(tuple(papers), tuple(skipped), problems, len(parsed.entries))
 
 

@@ -27,6 +27,8 @@ class ParseResult:
     """Feed-level trouble (malformed XML, wrong encoding): what parsed is kept, this is reported."""
     entries: int = 0
     """How many entries the source listed."""
+    total: int | None = None
+    """For paginated sources: how many results the whole query has."""
 
 
 _WS = re.compile(r"\s+")
