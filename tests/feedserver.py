@@ -60,7 +60,7 @@ def feed_server() -> Iterator[FeedServer]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             seen = Seen(self.path, {k: v for k, v in self.headers.items()})
             state.requests.append(seen)
             answer = state.answer(seen)

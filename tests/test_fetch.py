@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from email.utils import format_datetime
 from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 
 import httpx
@@ -198,7 +198,7 @@ def test_redirect_to_metadata_address_is_blocked_on_that_hop() -> None:
         transport=httpx.MockTransport(handler),
         resolver=_public_resolver({"feeds.example.org": "93.184.216.34"}),
     )
-    with f, pytest.raises(BlockedAddress, match="169.254.169.254, a link-local"):
+    with f, pytest.raises(BlockedAddress, match=r"169\.254\.169\.254, a link-local"):
         f.fetch("https://feeds.example.org/rss")
     assert len(hits) == 1
     # The connection went to the checked address, with the name kept for Host and TLS (SNI).
@@ -213,7 +213,7 @@ def test_a_name_resolving_to_a_private_address_is_blocked() -> None:
         resolver=_public_resolver({"intranet.example.org": "10.1.2.3"}),
     )
     with f:
-        with pytest.raises(BlockedAddress, match="10.1.2.3, a private address"):
+        with pytest.raises(BlockedAddress, match=r"10\.1\.2\.3, a private address"):
             f.fetch("http://intranet.example.org/feed")
         assert f.fetch("http://intranet.example.org/feed", allow_private=True).body == RSS
 
