@@ -203,6 +203,9 @@ class Fetcher:
                     ) from e
                 self.sleep(self._backoff(attempt))
                 continue
+            except httpx.ConnectError as e:
+                where = urlsplit(url).netloc
+                raise FetchError(f"cannot connect to {where}: {e}") from e
             except httpx.HTTPError as e:
                 raise FetchError(f"{type(e).__name__}: {e}") from e
             if isinstance(outcome, FetchResult):
