@@ -146,7 +146,8 @@ def decide(
     return writes
 
 
-ProgressFn = Callable[[SourceSettings, SourceReport], None]
+ProgressFn = Callable[[SourceSettings, SourceReport | None], None]
+"""Called with ``None`` when a source starts, then with its report when it is done."""
 
 
 def fetch_source(
@@ -236,6 +237,14 @@ def _fetch_pages(
         assert got.body is not None
         parsed = arxiv_api.parse(got.body, url)
         report = _store_page(report, source, parsed, store, now)
+        log.info(
+            "source %s: page at %d: %d entries (%d of %s so far)",
+            source.name,
+            start,
+            parsed.entries,
+            report.entries,
+            parsed.total if parsed.total is not None else "?",
+        )
         if parsed.problems or parsed.entries == 0:
             break
         start += parsed.entries
@@ -311,6 +320,8 @@ def run_fetch(
         for source in config.settings.sources:
             if not source.enabled or (only and source.name not in only):
                 continue
+            if progress is not None:
+                progress(source, None)
             try:
                 report = fetch_source(config, source, store, fetcher, now)
             except Exception as e:  # one source's unexpected failure must not stop the others
