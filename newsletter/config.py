@@ -182,6 +182,16 @@ class FetchSettings(_Strict):
     max_retry_after: float = Field(default=300.0, ge=0)
     """Longest Retry-After honored; a server asking for more is reported as failing."""
     max_redirects: int = Field(default=5, ge=0, le=20)
+    proxy: str | None = None
+    """HTTP(S) proxy for every source (``http://proxy.internal:3128``); environment variables
+    such as HTTPS_PROXY are not used."""
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(https?|socks5h?)://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not a proxy URL like 'http://proxy.internal:3128'")
+        return value
 
 
 Keyword = str | list[str]

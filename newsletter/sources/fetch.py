@@ -8,6 +8,7 @@ through httpx, politely and safely:
 * a delay between two requests to the same host (``fetch.host_delay``, or a source's own);
 * retries with exponential backoff and jitter on 429, 5xx and timeouts, honoring ``Retry-After``;
 * a size cap, checked against ``Content-Length`` and again while streaming the decoded body;
+* an optional proxy (``fetch.proxy``; the environment's proxy variables are ignored);
 * http and https only; every redirect hop is checked again, and the host is resolved here and
   the connection pinned to the checked address, so neither a redirect nor a DNS answer can reach
   loopback, private, link-local or cloud-metadata addresses unless the source allows it.
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -113,6 +115,7 @@ class Fetcher:
         backoff: float = 2.0,
         max_retry_after: float = 300.0,
         max_redirects: int = 5,
+        proxy: str | None = None,
         transport: httpx.BaseTransport | None = None,
         resolver: Resolver = system_resolver,
         sleep: Callable[[float], None] = time.sleep,
@@ -130,13 +133,24 @@ class Fetcher:
         self.monotonic = monotonic
         self.rng = rng or random.Random()
         self._last_request: dict[str, float] = {}
-        self.client = httpx.Client(
-            timeout=timeout,
-            headers={"User-Agent": user_agent(contact)},
-            follow_redirects=False,
-            transport=transport,
-            trust_env=False,
-        )
+        self.proxy = proxy
+        self._client_options: dict[str, Any] = {
+            "timeout": timeout,
+            "headers": {"User-Agent": user_agent(contact)},
+            "follow_redirects": False,
+            "transport": transport,
+            "proxy": proxy,
+            "trust_env": False,  # proxies come from fetch.proxy, never from the environment
+        }
+        # One client (one connection pool) per host name: connections go to a pinned address,
+        # and a TLS connection made for one name must never carry another name's requests.
+        self._clients: dict[str, httpx.Client] = {}
+
+    def _client(self, host: str) -> httpx.Client:
+        client = self._clients.get(host)
+        if client is None:
+            client = self._clients[host] = httpx.Client(**self._client_options)
+        return client
 
     @classmethod
     def from_settings(cls, settings: FetchSettings, contact: str | None = None) -> Fetcher:
@@ -150,10 +164,13 @@ class Fetcher:
             backoff=settings.backoff,
             max_retry_after=settings.max_retry_after,
             max_redirects=settings.max_redirects,
+            proxy=settings.proxy,
         )
 
     def close(self) -> None:
-        self.client.close()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
     def __enter__(self) -> Fetcher:
         return self
@@ -289,7 +306,9 @@ class Fetcher:
                         f"{host} resolves to {address}, a {why} address; sources may not reach "
                         "those (set allow_private: true on this source if it is an intranet feed)"
                     )
-        if _is_ip(host):
+        if _is_ip(host) or self.proxy:
+            # Behind a proxy the proxy connects (and resolves again); the check above still
+            # refuses names that resolve to internal addresses here.
             return url, {}, {}
         address = addresses[0]
         netloc_host = f"[{address}]" if ":" in address else address
@@ -303,10 +322,11 @@ class Fetcher:
     ) -> FetchResult | tuple[int, str, float | None, str | None]:
         """One request: the result, or ``(status, reason, retry_after, location)`` to act on."""
         pinned, extra, extensions = self._pin(url, allow_private)
-        request = self.client.build_request(
+        client = self._client((urlsplit(url).hostname or "").lower())
+        request = client.build_request(
             "GET", pinned, headers={**headers, **extra}, extensions=extensions
         )
-        resp = self.client.send(request, stream=True)
+        resp = client.send(request, stream=True)
         try:
             if resp.status_code == 304:
                 return FetchResult(
