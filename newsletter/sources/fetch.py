@@ -194,7 +194,7 @@ class Fetcher:
         ``delay`` raises the per-host politeness delay for this request (arXiv asks for 3 s).
         """
         parts = urlsplit(location)
-        if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and location[1:3] == ":\\"):
+        if parts.scheme in ("", "file"):
             return self._read_file(location, parts.scheme == "file")
         if parts.scheme not in ("http", "https"):
             raise FetchError(
