@@ -142,7 +142,14 @@ def decide(
         meta = content_hash(merged) != content_hash(old)
         signals = (merged.upvotes, merged.comments) != (old.upvotes, old.comments)
         new_link = source is not None and source not in old.sources
-        writes.append(PaperWrite(merged, old.id, meta, signals, new_link=new_link))
+        promote = (
+            not old.announced
+            and announces_new
+            and not (d.announce_type is not None and d.announce_type.is_update)
+        )
+        writes.append(
+            PaperWrite(merged, old.id, meta, signals, new_link=new_link, promote=promote)
+        )
     return writes
 
 
@@ -266,7 +273,9 @@ def _store_page(
     store.write_papers(source.name, writes, now)
     new = sum(1 for w in writes if w.paper_id is None)
     updated = sum(
-        1 for w in writes if w.paper_id is not None and (w.metadata_changed or w.signals_changed)
+        1
+        for w in writes
+        if w.paper_id is not None and (w.metadata_changed or w.signals_changed or w.promote)
     )
     merged = len(parsed.papers) - len(writes)
     if merged:

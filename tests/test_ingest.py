@@ -370,3 +370,35 @@ def test_arxiv_api_without_a_query_says_what_to_set(
     )
     report = run_fetch(config, store, MONDAY)
     assert "set query, categories or date_from" in report.sources[0].errors[0]
+
+
+def test_a_backfilled_paper_is_announced_once_when_a_listing_announces_it(
+    configure: Callable[..., Config], store: Store
+) -> None:
+    run_fetch(configure(src("api", "arxiv_api", "arxiv-api-cat-cs.DC.atom")), store, MONDAY)
+    assert store.recent_papers(MONDAY - timedelta(days=1)) == []  # backfill: stored, not news
+    listing = configure(src("cs-dc", "arxiv_rss", "arxiv-rss-cs.DC-2026-11-16.xml"))
+    report = run_fetch(listing, store, TUESDAY)
+    assert by_name(report)["cs-dc"].new == 18  # 2611.00001 and 2611.00016 were backfilled
+    today = {p.key: p for p in store.recent_papers(TUESDAY)}
+    assert {"2611.00001", "2611.00016"} <= set(today)
+    assert today["2611.00001"].first_seen == TUESDAY
+    assert "2609.30112" not in today  # only in the backfill: still not news
+    counter = WriteCounter(store)
+    run_fetch(listing, store, TUESDAY + timedelta(hours=1))
+    assert counter.statements == 0  # promoted once, not again
+
+
+def test_velocity_uses_the_latest_day_of_snapshots() -> None:
+    from newsletter.store.db import upvote_velocity
+
+    t0 = datetime(2026, 11, 17, tzinfo=UTC)
+    assert upvote_velocity([(t0, 10)]) is None
+    assert upvote_velocity([(t0, 10), (t0 + timedelta(minutes=2), 50)]) is None  # too close
+    assert upvote_velocity([(t0, 10), (t0 + timedelta(hours=4), 50)]) == 10.0
+    old_then_recent = [
+        (t0 - timedelta(days=3), 0),
+        (t0, 100),
+        (t0 + timedelta(hours=10), 150),
+    ]
+    assert upvote_velocity(old_then_recent) == 5.0

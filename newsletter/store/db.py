@@ -79,6 +79,8 @@ class PaperWrite:
     """For inserts: False when the paper is only an update or backfill and must not count as new."""
     new_link: bool = True
     """The paper is not yet linked to this source (always true for inserts)."""
+    promote: bool = False
+    """For updates: a paper stored unannounced (a backfill) that a listing now announces."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +255,7 @@ class Store:
         updates = [
             w
             for w in writes
-            if w.paper_id is not None and (w.metadata_changed or w.signals_changed)
+            if w.paper_id is not None and (w.metadata_changed or w.signals_changed or w.promote)
         ]
         if not inserts and not updates and not any(w.new_link for w in writes):
             return {w.data.key: w.paper_id for w in writes if w.paper_id is not None}
@@ -295,6 +297,15 @@ class Store:
                         {"_id": w.paper_id, "upvotes": w.data.upvotes, "comments": w.data.comments}
                         for w in signal_updates
                     ],
+                )
+            promoted = [w for w in updates if w.promote]
+            if promoted:
+                # Announced today: it enters today's listings as a new paper, once.
+                conn.execute(
+                    update(t.papers)
+                    .where(t.papers.c.id == bindparam("_id"))
+                    .values(announced=True, first_seen=bindparam("first_seen")),
+                    [{"_id": w.paper_id, "first_seen": now} for w in promoted],
                 )
             for w in writes:
                 if w.paper_id is not None:
@@ -1135,6 +1146,7 @@ def _paper(r: Any, sources: tuple[str, ...], velocity: float | None = None) -> P
         upvotes=r.upvotes,
         comments=r.comments,
         upvote_velocity=velocity,
+        announced=bool(r.announced),
     )
 
 
