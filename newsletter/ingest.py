@@ -147,9 +147,7 @@ def decide(
             and announces_new
             and not (d.announce_type is not None and d.announce_type.is_update)
         )
-        writes.append(
-            PaperWrite(merged, old.id, meta, signals, new_link=new_link, promote=promote)
-        )
+        writes.append(PaperWrite(merged, old.id, meta, signals, new_link=new_link, promote=promote))
     return writes
 
 

@@ -114,6 +114,31 @@ def test_saturday_feed_is_valid_and_empty() -> None:
     assert r.papers == () and r.problems == () and r.entries == 0
 
 
+def test_empty_listing_on_a_weekday_is_reported() -> None:
+    saturday = (FEEDS / "arxiv-rss-cs.DC-2026-11-21-saturday.xml").read_bytes()
+    monday = saturday.replace(b"Sat, 21 Nov 2026", b"Mon, 23 Nov 2026")
+    r = PARSERS["arxiv_rss"](monday, "https://rss.arxiv.org/rss/cs.DC")
+    assert r.problems == (
+        "no entries on Monday, a day this feed does not skip (an outage upstream, or an "
+        "arXiv holiday?)",
+    )
+
+
+def test_arxiv_api_error_answer() -> None:
+    body = b"""<?xml version="1.0" encoding="UTF-8"?>
+<feed xmlns="http://www.w3.org/2005/Atom">
+  <title>ArXiv Query: search_query=&amp;id_list=1234.1234</title>
+  <entry>
+    <id>http://arxiv.org/api/errors#incorrect_id_format_for_1234.1234</id>
+    <title>Error</title>
+    <summary>incorrect id format for 1234.1234</summary>
+  </entry>
+</feed>"""
+    r = PARSERS["arxiv_api"](body, "https://export.arxiv.org/api/query")
+    assert r.papers == () and r.skipped == ()
+    assert r.problems == ("arXiv API error: incorrect id format for 1234.1234",)
+
+
 def test_arxiv_api_page() -> None:
     r = parse("arxiv-api-cat-cs.DC.atom", "arxiv_api")
     assert [(p.key, p.version) for p in r.papers] == [

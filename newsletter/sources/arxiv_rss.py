@@ -36,7 +36,44 @@ def parse(body: bytes, url: str) -> ParseResult:
         else:
             papers.append(paper)
     problems = bozo_problem(parsed, url, body)
+    if not parsed.entries and not problems:
+        problems = _unexpectedly_empty(parsed, body)
     return ParseResult(tuple(papers), tuple(skipped), problems, len(parsed.entries))
+
+
+_SKIP_DAYS = re.compile(rb"<skipDays>(.*?)</skipDays>", re.DOTALL | re.IGNORECASE)
+_DAY = re.compile(rb"<day>\s*(\w+)\s*</day>", re.IGNORECASE)
+
+
+def _unexpectedly_empty(parsed: Any, body: bytes) -> tuple[str, ...]:
+    """A listing with no items on a day it does not declare in ``skipDays`` is a problem.
+
+    arXiv announces nothing on weekends, and its feeds say so (``skipDays`` Saturday, Sunday):
+    an empty feed then is normal. An empty feed on another day means an outage upstream (or an
+    arXiv holiday), which the operator should see.
+    """
+    block = _SKIP_DAYS.search(body)
+    when = parsed.feed.get("published_parsed") or parsed.feed.get("updated_parsed")
+    if block is None or when is None:
+        return ()
+    skip = {d.decode("ascii", "replace").capitalize() for d in _DAY.findall(block.group(1))}
+    published = parsed.feed.get("published", "") or parsed.feed.get("updated", "")
+    day = published[:3].capitalize() if published[:3].isalpha() else None
+    weekday = {
+        "Mon": "Monday",
+        "Tue": "Tuesday",
+        "Wed": "Wednesday",
+        "Thu": "Thursday",
+        "Fri": "Friday",
+        "Sat": "Saturday",
+        "Sun": "Sunday",
+    }.get(day or "") or struct_to_datetime(when).strftime("%A")  # type: ignore[union-attr]
+    if weekday in skip:
+        return ()
+    return (
+        f"no entries on {weekday}, a day this feed does not skip (an outage upstream, or an "
+        "arXiv holiday?)",
+    )
 
 
 def _entry(entry: Any) -> tuple[PaperData | None, str]:
