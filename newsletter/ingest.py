@@ -233,14 +233,33 @@ def _fetch_pages(
             None,
         )
     start = 0
-    for _page in range(source.max_pages):
+    requests = 0
+    empty_retried = False
+    while requests < source.max_pages:
         url = arxiv_api.page_url(base, query, start, source.page_size)
+        requests += 1
         try:
             got = fetcher.fetch(url, allow_private=source.allow_private, delay=source.page_delay)
         except FetchError as e:
             return replace(report, errors=(*report.errors, f"page at {start}: {e}")), None, None
         assert got.body is not None
         parsed = arxiv_api.parse(got.body, url)
+        if (
+            parsed.entries == 0
+            and not parsed.problems
+            and parsed.total is not None
+            and start < parsed.total
+        ):
+            # The API sometimes answers a page inside the results with nothing: ask once more.
+            if not empty_retried:
+                empty_retried = True
+                continue
+            problem = (
+                f"the arXiv API answered an empty page at {start} of {parsed.total} results "
+                "twice; stopped there (the next fetch continues from the start)"
+            )
+            return replace(report, errors=(*report.errors, problem)), None, None
+        empty_retried = False
         report = _store_page(report, source, parsed, store, now)
         log.info(
             "source %s: page at %d: %d entries (%d of %s so far)",

@@ -402,3 +402,44 @@ def test_velocity_uses_the_latest_day_of_snapshots() -> None:
         (t0 + timedelta(hours=10), 150),
     ]
     assert upvote_velocity(old_then_recent) == 5.0
+
+
+def test_arxiv_api_empty_page_inside_the_results_is_asked_again(
+    configure: Callable[..., Config],
+    store: Store,
+    server: FeedServer,
+    quiet_fetcher: Callable[[list[float]], Fetcher],
+) -> None:
+    pages = _api_pages(total=4, page_size=2)
+    flaky = (FEEDS / "arxiv-api-empty-page.atom").read_bytes().replace(b"41873", b"4")
+    hiccups = {"2": 1}
+
+    def route(seen: Seen) -> Answer:
+        start = parse_qs(urlsplit(seen.path).query)["start"][0]
+        if hiccups.get(start, 0) > 0:
+            hiccups[start] -= 1
+            return Answer(200, flaky)
+        return pages(seen)
+
+    server.routes["/api/query"] = route
+    config = configure(
+        {
+            "name": "backfill",
+            "kind": "arxiv_api",
+            "url": server.url("/api/query"),
+            "allow_private": True,
+            "query": "cat:cs.DC",
+            "page_size": 2,
+            "page_delay": 0,
+        }
+    )
+    report = run_fetch(config, store, MONDAY, fetcher=quiet_fetcher([]))
+    assert report.sources[0].ok and store.count_papers() == 4
+    starts = [parse_qs(urlsplit(r.path).query)["start"][0] for r in server.requests]
+    assert starts == ["0", "2", "2"]
+    # Twice empty: reported, and what came before is kept.
+    hiccups["2"] = 2
+    server.requests.clear()
+    report = run_fetch(config, store, MONDAY, fetcher=quiet_fetcher([]))
+    assert "empty page at 2 of 4 results twice" in report.sources[0].errors[0]
+    assert report.sources[0].unchanged == 2
