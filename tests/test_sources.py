@@ -229,3 +229,9 @@ def test_hostile_entry_stays_text() -> None:
     assert "\r" not in hostile.title and "\n" not in hostile.title  # whitespace collapsed
     assert "\n" not in hostile.abstract and "\r" not in hostile.abstract
     assert len(r.papers) == 2
+
+
+def test_parsers_never_take_a_url_or_path() -> None:
+    for kind in ("arxiv_rss", "arxiv_api", "feed"):
+        with pytest.raises(TypeError, match="bytes the fetcher downloaded"):
+            PARSERS[kind]("/etc/passwd", "/etc/passwd")  # type: ignore[arg-type]

@@ -11,14 +11,13 @@ from datetime import date
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import feedparser
-
 from newsletter.identity import arxiv_urls, parse_arxiv_id
 from newsletter.models import PaperData
 from newsletter.sources.base import (
     ParseResult,
     Skipped,
     clean_text,
+    parse_xml_feed,
     struct_to_datetime,
 )
 from newsletter.sources.feed import bozo_problem
@@ -67,7 +66,7 @@ def has_query(base: str) -> bool:
 
 
 def parse(body: bytes, url: str) -> ParseResult:
-    parsed = feedparser.parse(body, sanitize_html=False, resolve_relative_uris=False)
+    parsed = parse_xml_feed(body)
     papers: list[PaperData] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()

@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import feedparser
-
 from newsletter.identity import arxiv_urls, parse_arxiv_id
 from newsletter.models import AnnounceType, PaperData
 from newsletter.sources.base import (
     ParseResult,
     Skipped,
     clean_text,
+    parse_xml_feed,
     split_authors,
     struct_to_datetime,
 )
@@ -26,7 +25,7 @@ _HEAD = re.compile(r"^\s*arXiv:(?P<id>\S+)\s+Announce Type:\s*(?P<type>[\w-]+)\s
 
 
 def parse(body: bytes, url: str) -> ParseResult:
-    parsed = feedparser.parse(body, sanitize_html=False, resolve_relative_uris=False)
+    parsed = parse_xml_feed(body)
     papers: list[PaperData] = []
     skipped: list[Skipped] = []
     for entry in parsed.entries:

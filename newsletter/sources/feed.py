@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import feedparser
-
 from newsletter.identity import arxiv_urls, paper_key, parse_arxiv_id
 from newsletter.models import PaperData
 from newsletter.sources.base import (
     ParseResult,
     Skipped,
     clean_text,
+    parse_xml_feed,
     split_authors,
     struct_to_datetime,
 )
@@ -43,7 +42,7 @@ def bozo_problem(parsed: Any, url: str, body: bytes = b"") -> tuple[str, ...]:
 
 
 def parse(body: bytes, url: str) -> ParseResult:
-    parsed = feedparser.parse(body, sanitize_html=True)
+    parsed = parse_xml_feed(body, generic=True)
     # Relative links (no xml:base) resolve against the feed's own link, else where it came from.
     base = parsed.feed.get("link") or (url if url.startswith(("http://", "https://")) else "")
     papers: list[PaperData] = []
