@@ -263,6 +263,7 @@ def fetch_report_json(report: Any) -> dict[str, Any]:
         "entries": report.entries,
         "new": report.new,
         "updated": report.updated,
+        "skipped": report.skipped,
         "failed_sources": [s.source for s in report.failed],
         "sources": [
             {

@@ -60,6 +60,10 @@ class FetchReport:
         return sum(s.entries for s in self.sources)
 
     @property
+    def skipped(self) -> int:
+        return sum(len(s.skipped) for s in self.sources)
+
+    @property
     def failed(self) -> tuple[SourceReport, ...]:
         return tuple(s for s in self.sources if not s.ok)
 
