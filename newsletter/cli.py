@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from newsletter import __version__
@@ -234,7 +235,11 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
                 store,
                 utcnow(),
                 only=sources,
-                progress=lambda s, r: bar.update(task, advance=1, description=s.name),
+                progress=lambda s, r: (
+                    bar.update(task, description=f"fetching {s.name}")
+                    if r is None
+                    else bar.update(task, advance=1)
+                ),
             )
     if as_json:
         click.echo(json.dumps(fetch_report_json(report), indent=2))
@@ -244,19 +249,32 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
         sys.exit(1)
 
 
+def _status(s: Any) -> str:
+    if s.not_modified:
+        return "not modified (304)"
+    if not s.errors:
+        return "ok"
+    stored = s.new + s.updated + s.unchanged
+    return "partial" if stored else "failed"
+
+
 def fetch_report_json(report: Any) -> dict[str, Any]:
     return {
         "entries": report.entries,
         "new": report.new,
         "updated": report.updated,
+        "skipped": report.skipped,
+        "failed_sources": [s.source for s in report.failed],
         "sources": [
             {
                 "source": s.source,
                 "url": s.url,
+                "status": _status(s),
                 "entries": s.entries,
                 "new": s.new,
                 "updated": s.updated,
                 "unchanged": s.unchanged,
+                "merged": s.merged,
                 "not_modified": s.not_modified,
                 "skipped": [{"what": k.what, "reason": k.reason} for k in s.skipped],
                 "errors": list(s.errors),
@@ -269,24 +287,42 @@ def fetch_report_json(report: Any) -> dict[str, Any]:
 
 def print_fetch_report(report: Any) -> None:
     table = Table(title="Fetch", title_justify="left")
-    for col in ("source", "entries", "new", "updated", "skipped", "errors", "time"):
-        table.add_column(col, justify="left" if col in ("source", "errors") else "right")
+    for col in ("source", "status", "fetched", "new", "updated", "skipped", "errors", "time"):
+        table.add_column(
+            col,
+            justify="left" if col in ("source", "status") else "right",
+            overflow="fold",
+        )
     for s in report.sources:
-        err = "304 not modified" if s.not_modified else ("; ".join(s.errors) or "")
+        status = _status(s)
+        colour = {"ok": "green", "failed": "red", "partial": "yellow"}.get(status, "cyan")
         table.add_row(
             s.source,
+            f"[{colour}]{status}[/]",
             str(s.entries),
             str(s.new),
             str(s.updated),
             str(len(s.skipped)),
-            err,
+            str(len(s.errors)),
             f"{s.seconds:.2f}s",
         )
     console.print(table)
-    console.print(f"{report.entries} entries, {report.new} new papers, {report.updated} updated.")
+    failed = len(report.failed)
+    tail = (
+        f" {failed} source{'s' if failed != 1 else ''} had errors (recorded in source state)."
+        if failed
+        else ""
+    )
+    console.print(
+        f"{report.entries} entries, {report.new} new papers, {report.updated} updated.{tail}",
+        highlight=False,
+    )
+    for s in report.sources:
+        for error in s.errors:
+            console.print(escape(f"  error in {s.source}: {error}"), style="red", highlight=False)
     for s in report.sources:
         for k in s.skipped:
-            console.print(f"  skipped in {s.source}: {k.what}: {k.reason}", highlight=False)
+            console.print(escape(f"  skipped in {s.source}: {k.what}: {k.reason}"), highlight=False)
 
 
 # ---------------------------------------------------------------------------- send and preview

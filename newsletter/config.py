@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from email.utils import parseaddr
 from pathlib import Path
 from typing import Any, Literal
@@ -133,12 +134,63 @@ class SourceSettings(_Strict):
     enabled: bool = True
     allow_private: bool = False
     """Allow this source to resolve to loopback or private addresses (an intranet mirror)."""
+    # arxiv_api only: what to backfill and how politely.
+    query: str | None = None
+    """arXiv API ``search_query`` (``cat:cs.DC AND abs:cache``); ``categories`` builds one."""
+    categories: list[str] = Field(default_factory=list)
+    """arXiv API: categories to backfill (``[cs.DC, cs.LG]``), OR-ed together."""
+    date_from: date | None = None
+    """arXiv API: first submission date to backfill (inclusive, UTC)."""
+    date_to: date | None = None
+    """arXiv API: last submission date to backfill (inclusive, UTC)."""
+    page_size: int = Field(default=100, ge=1, le=2000)
+    """arXiv API: results per request (arXiv allows at most 2,000)."""
+    max_pages: int = Field(default=10, ge=1, le=1000)
+    """arXiv API: stop after this many requests in one fetch."""
+    page_delay: float = Field(default=3.0, ge=0)
+    """Seconds between two requests to this source's host (arXiv asks for 3)."""
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if not _SLUG.match(value):
             raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
+        return value
+
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, value: list[str]) -> list[str]:
+        for c in value:
+            if not _CATEGORY.match(c):
+                raise ValueError(f"{c!r} is not an arXiv category like 'cs.DC' or 'hep-th'")
+        return value
+
+
+class FetchSettings(_Strict):
+    """How sources are fetched: timeouts, politeness, retries and limits."""
+
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds to wait for a connection or for the next bytes of an answer."""
+    max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    """Largest response accepted from one request, after decompression."""
+    host_delay: float = Field(default=1.0, ge=0)
+    """Seconds between two requests to the same host (a source's page_delay can raise it)."""
+    retries: int = Field(default=3, ge=0, le=10)
+    """Retries after a 429, a 5xx or a timeout, with exponential backoff and jitter."""
+    backoff: float = Field(default=2.0, ge=0)
+    """First retry waits about this many seconds; each later one twice as long (±50% jitter)."""
+    max_retry_after: float = Field(default=300.0, ge=0)
+    """Longest Retry-After honored; a server asking for more is reported as failing."""
+    max_redirects: int = Field(default=5, ge=0, le=20)
+    proxy: str | None = None
+    """HTTP(S) proxy for every source (``http://proxy.internal:3128``); environment variables
+    such as HTTPS_PROXY are not used."""
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(https?|socks5h?)://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not a proxy URL like 'http://proxy.internal:3128'")
         return value
 
 
@@ -424,6 +476,7 @@ class Settings(_Strict):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sender: SenderSettings = Field(default_factory=SenderSettings)
     smtp: SmtpSettings = Field(default_factory=SmtpSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
     sources: list[SourceSettings] = Field(default_factory=list)
     topics: list[TopicSettings] = Field(default_factory=list)
     digest: DigestSettings = Field(default_factory=DigestSettings)
@@ -584,6 +637,12 @@ def _cross_check(settings: Settings, lines: Mapping[Loc, int], file: str) -> lis
         if source.name in seen_sources:
             add(("sources", i, "name"), f"source {source.name!r} is defined twice")
         seen_sources[source.name] = i
+        if source.kind != "arxiv_api":
+            for key in ("query", "categories", "date_from", "date_to"):
+                if getattr(source, key):
+                    add(("sources", i, key), f"only arxiv_api sources take {key!r}")
+        elif source.date_from and source.date_to and source.date_from > source.date_to:
+            add(("sources", i, "date_to"), "date_to is before date_from")
     seen_emails: dict[str, int] = {}
     for i, sub in enumerate(settings.subscribers):
         if sub.email in seen_emails:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+# arXiv's own DOIs (10.48550/arXiv.2411.01234) name the same paper.
 # New style (0704 onwards): YYMM.NNNN or YYMM.NNNNN; old style: archive(.SUBJ)/YYMMNNN.
 _NEW = r"(?P<new>\d{4}\.\d{4,5})"
 _OLD = r"(?P<old>[a-z][a-z-]*(?:\.[A-Z]{2})?/\d{7})"
 _VERSION = r"(?:v(?P<version>\d+))?"
 _ARXIV_IN_TEXT = re.compile(
-    rf"(?:arxiv\.org/(?:abs|pdf|html)/|arxiv:|oai:arxiv\.org:|^|(?<=\s)){'(?:' + _NEW + '|' + _OLD + ')'}{_VERSION}(?:\.pdf)?(?![\d])",
+    rf"(?:arxiv\.org/(?:abs|pdf|html)/|10\.48550/arxiv\.|arxiv:|oai:arxiv\.org:|^|(?<=\s)){'(?:' + _NEW + '|' + _OLD + ')'}{_VERSION}(?:\.pdf)?(?![\d])",
     re.IGNORECASE,
 )
 _DOI = re.compile(r"\b(10\.\d{4,9}/[^\s\"'<>]+)", re.IGNORECASE)

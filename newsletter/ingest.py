@@ -14,8 +14,8 @@ from datetime import datetime
 
 from newsletter.config import Config, SourceSettings
 from newsletter.models import Paper, PaperData
-from newsletter.sources import PARSERS
-from newsletter.sources.base import Skipped
+from newsletter.sources import PARSERS, arxiv_api
+from newsletter.sources.base import ParseResult, Skipped
 from newsletter.sources.fetch import Fetcher, FetchError
 from newsletter.store import PaperWrite, SourceState, Store
 from newsletter.store.db import content_hash
@@ -31,6 +31,8 @@ class SourceReport:
     new: int = 0
     updated: int = 0
     unchanged: int = 0
+    merged: int = 0
+    """Entries folded into another entry for the same paper in the same answer."""
     skipped: tuple[Skipped, ...] = ()
     errors: tuple[str, ...] = ()
     not_modified: bool = False
@@ -56,6 +58,10 @@ class FetchReport:
     @property
     def entries(self) -> int:
         return sum(s.entries for s in self.sources)
+
+    @property
+    def skipped(self) -> int:
+        return sum(len(s.skipped) for s in self.sources)
 
     @property
     def failed(self) -> tuple[SourceReport, ...]:
@@ -114,9 +120,16 @@ def _fold(first: PaperData, second: PaperData) -> PaperData:
 
 
 def decide(
-    incoming: Sequence[PaperData], existing: Mapping[str, Paper], *, announces_new: bool = True
+    incoming: Sequence[PaperData],
+    existing: Mapping[str, Paper],
+    *,
+    announces_new: bool = True,
+    source: str | None = None,
 ) -> list[PaperWrite]:
-    """What to write for a batch of announced papers. Pure: no I/O, no clock."""
+    """What to write for a batch of announced papers. Pure: no I/O, no clock.
+
+    ``source`` names who announced the batch: a stored paper not yet linked to it gets a link.
+    """
     batch: dict[str, PaperData] = {}
     for d in incoming:
         batch[d.key] = _fold(batch[d.key], d) if d.key in batch else d
@@ -132,11 +145,18 @@ def decide(
         merged = _merge(old, d)
         meta = content_hash(merged) != content_hash(old)
         signals = (merged.upvotes, merged.comments) != (old.upvotes, old.comments)
-        writes.append(PaperWrite(merged, old.id, meta, signals))
+        new_link = source is not None and source not in old.sources
+        promote = (
+            not old.announced
+            and announces_new
+            and not (d.announce_type is not None and d.announce_type.is_update)
+        )
+        writes.append(PaperWrite(merged, old.id, meta, signals, new_link=new_link, promote=promote))
     return writes
 
 
-ProgressFn = Callable[[SourceSettings, SourceReport], None]
+ProgressFn = Callable[[SourceSettings, SourceReport | None], None]
+"""Called with ``None`` when a source starts, then with its report when it is done."""
 
 
 def fetch_source(
@@ -146,50 +166,155 @@ def fetch_source(
     started = time.perf_counter()
     location = config.resolve(source.url)
     state = store.source_state(source.name)
-    report = SourceReport(source.name, location)
-    try:
-        got = fetcher.fetch(location, etag=state.etag, last_modified=state.last_modified)
-    except FetchError as e:
-        report = replace(report, errors=(str(e),))
-        _save_failure(store, state, now, str(e))
-        log.warning("source %s (%s): %s", source.name, location, e)
-        return replace(report, seconds=time.perf_counter() - started)
-    if got.not_modified:
+    if source.kind == "arxiv_api" and location.startswith(("http://", "https://")):
+        report, etag, last_modified = _fetch_pages(source, location, store, fetcher, now)
+    else:
+        report, etag, last_modified = _fetch_one(source, location, state, store, fetcher, now)
+    report = replace(report, seconds=time.perf_counter() - started)
+    if report.not_modified:
         store.save_source_state(
             replace(
                 state, last_fetch=now, last_success=now, last_error=None, consecutive_failures=0
             )
         )
-        return replace(report, not_modified=True, seconds=time.perf_counter() - started)
+    elif report.errors:
+        log.warning("source %s (%s): %s", source.name, location, "; ".join(report.errors))
+        stored = report.new + report.updated + report.unchanged
+        _save_failure(store, state, now, "; ".join(report.errors), count=stored or None)
+    else:
+        stored = report.new + report.updated + report.unchanged
+        store.save_source_state(
+            SourceState(source.name, etag, last_modified, now, now, None, stored, 0)
+        )
+    return report
+
+
+def _fetch_one(
+    source: SourceSettings,
+    location: str,
+    state: SourceState,
+    store: Store,
+    fetcher: Fetcher,
+    now: datetime,
+) -> tuple[SourceReport, str | None, str | None]:
+    report = SourceReport(source.name, location)
+    try:
+        got = fetcher.fetch(
+            location,
+            etag=state.etag,
+            last_modified=state.last_modified,
+            allow_private=source.allow_private,
+            delay=source.page_delay,
+        )
+    except FetchError as e:
+        return replace(report, errors=(str(e),)), state.etag, state.last_modified
+    if got.not_modified:
+        return replace(report, not_modified=True), state.etag, state.last_modified
     assert got.body is not None
     parsed = PARSERS[source.kind](got.body, location)
+    report = _store_page(report, source, parsed, store, now)
+    if parsed.problems:
+        # Keep what parsed, but fetch the whole feed again next time.
+        return report, None, None
+    return report, got.etag, got.last_modified
+
+
+def _fetch_pages(
+    source: SourceSettings, base: str, store: Store, fetcher: Fetcher, now: datetime
+) -> tuple[SourceReport, None, None]:
+    """The arXiv API: one page per request, ``page_delay`` apart, each page stored as it comes."""
+    report = SourceReport(source.name, base)
+    query = arxiv_api.search_query(
+        source.query, source.categories, source.date_from, source.date_to
+    )
+    if query is None and not arxiv_api.has_query(base):
+        return (
+            replace(
+                report,
+                errors=("nothing to ask the arXiv API: set query, categories or date_from",),
+            ),
+            None,
+            None,
+        )
+    start = 0
+    requests = 0
+    empty_retried = False
+    while requests < source.max_pages:
+        url = arxiv_api.page_url(base, query, start, source.page_size)
+        requests += 1
+        try:
+            got = fetcher.fetch(url, allow_private=source.allow_private, delay=source.page_delay)
+        except FetchError as e:
+            return replace(report, errors=(*report.errors, f"page at {start}: {e}")), None, None
+        assert got.body is not None
+        parsed = arxiv_api.parse(got.body, url)
+        if (
+            parsed.entries == 0
+            and not parsed.problems
+            and parsed.total is not None
+            and start < parsed.total
+        ):
+            # The API sometimes answers a page inside the results with nothing: ask once more.
+            if not empty_retried:
+                empty_retried = True
+                continue
+            problem = (
+                f"the arXiv API answered an empty page at {start} of {parsed.total} results "
+                "twice; stopped there (the next fetch continues from the start)"
+            )
+            return replace(report, errors=(*report.errors, problem)), None, None
+        empty_retried = False
+        report = _store_page(report, source, parsed, store, now)
+        log.info(
+            "source %s: page at %d: %d entries (%d of %s so far)",
+            source.name,
+            start,
+            parsed.entries,
+            report.entries,
+            parsed.total if parsed.total is not None else "?",
+        )
+        if parsed.problems or parsed.entries == 0:
+            break
+        start += parsed.entries
+        if parsed.total is not None and start >= parsed.total:
+            break
+    return report, None, None
+
+
+def _store_page(
+    report: SourceReport, source: SourceSettings, parsed: ParseResult, store: Store, now: datetime
+) -> SourceReport:
+    """Decide and write one parsed page; add its counts to the report."""
     for s in parsed.skipped:
         log.info("source %s: skipped %s: %s", source.name, s.what, s.reason)
     existing = store.papers_by_keys(p.key for p in parsed.papers)
-    writes = decide(parsed.papers, existing)
+    writes = decide(
+        parsed.papers, existing, announces_new=source.kind != "arxiv_api", source=source.name
+    )
     store.write_papers(source.name, writes, now)
     new = sum(1 for w in writes if w.paper_id is None)
     updated = sum(
-        1 for w in writes if w.paper_id is not None and (w.metadata_changed or w.signals_changed)
+        1
+        for w in writes
+        if w.paper_id is not None and (w.metadata_changed or w.signals_changed or w.promote)
     )
-    problems = parsed.problems
-    report = replace(
-        report,
-        entries=parsed.entries,
-        new=new,
-        updated=updated,
-        unchanged=len(writes) - new - updated,
-        skipped=parsed.skipped,
-        errors=problems,
-    )
-    if problems:
-        log.warning("source %s (%s): %s", source.name, location, "; ".join(problems))
-        _save_failure(store, state, now, "; ".join(problems), count=len(writes))
-    else:
-        store.save_source_state(
-            SourceState(source.name, got.etag, got.last_modified, now, now, None, len(writes), 0)
+    merged = len(parsed.papers) - len(writes)
+    if merged:
+        log.info(
+            "source %s: %d entries merged with another entry for the same paper",
+            source.name,
+            merged,
         )
-    return replace(report, seconds=time.perf_counter() - started)
+    return replace(
+        report,
+        entries=report.entries + parsed.entries,
+        new=report.new + new,
+        updated=report.updated + updated,
+        unchanged=report.unchanged + len(writes) - new - updated,
+        merged=report.merged + merged,
+        skipped=(*report.skipped, *parsed.skipped),
+        errors=(*report.errors, *parsed.problems),
+    )
 
 
 def _save_failure(
@@ -217,12 +342,16 @@ def run_fetch(
 ) -> FetchReport:
     """Fetch every enabled source (or those named in ``only``), isolating failures per source."""
     own = fetcher is None
-    fetcher = fetcher or Fetcher(contact=config.settings.sender.contact)
+    fetcher = fetcher or Fetcher.from_settings(
+        config.settings.fetch, contact=config.settings.sender.contact
+    )
     reports: list[SourceReport] = []
     try:
         for source in config.settings.sources:
             if not source.enabled or (only and source.name not in only):
                 continue
+            if progress is not None:
+                progress(source, None)
             try:
                 report = fetch_source(config, source, store, fetcher, now)
             except Exception as e:  # one source's unexpected failure must not stop the others

@@ -67,6 +67,8 @@ class Paper:
     comments: int | None = None
     upvote_velocity: float | None = None
     """Upvotes gained per hour over the recent signal history, when there is one."""
+    announced: bool = True
+    """False while the paper is known only from a backfill or a replacement (never offered)."""
 
 
 class SubscriberStatus(StrEnum):

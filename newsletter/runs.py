@@ -40,6 +40,7 @@ def fetch_step(
         "entries": report.entries,
         "new": report.new,
         "updated": report.updated,
+        "skipped": report.skipped,
         "failed_sources": len(failed),
     }
     error = "; ".join(f"{s.source}: {'; '.join(s.errors)}" for s in report.failed) or None

@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import feedparser
-
 from newsletter.identity import arxiv_urls, parse_arxiv_id
 from newsletter.models import AnnounceType, PaperData
 from newsletter.sources.base import (
     ParseResult,
     Skipped,
     clean_text,
+    parse_xml_feed,
     split_authors,
     struct_to_datetime,
 )
@@ -26,7 +25,7 @@ _HEAD = re.compile(r"^\s*arXiv:(?P<id>\S+)\s+Announce Type:\s*(?P<type>[\w-]+)\s
 
 
 def parse(body: bytes, url: str) -> ParseResult:
-    parsed = feedparser.parse(body, sanitize_html=False, resolve_relative_uris=False)
+    parsed = parse_xml_feed(body)
     papers: list[PaperData] = []
     skipped: list[Skipped] = []
     for entry in parsed.entries:
@@ -35,8 +34,45 @@ def parse(body: bytes, url: str) -> ParseResult:
             skipped.append(Skipped(clean_text(entry.get("title")) or "(untitled entry)", why))
         else:
             papers.append(paper)
-    problems = bozo_problem(parsed, url)
+    problems = bozo_problem(parsed, url, body)
+    if not parsed.entries and not problems:
+        problems = _unexpectedly_empty(parsed, body)
     return ParseResult(tuple(papers), tuple(skipped), problems, len(parsed.entries))
+
+
+_SKIP_DAYS = re.compile(rb"<skipDays>(.*?)</skipDays>", re.DOTALL | re.IGNORECASE)
+_DAY = re.compile(rb"<day>\s*(\w+)\s*</day>", re.IGNORECASE)
+
+
+def _unexpectedly_empty(parsed: Any, body: bytes) -> tuple[str, ...]:
+    """A listing with no items on a day it does not declare in ``skipDays`` is a problem.
+
+    arXiv announces nothing on weekends, and its feeds say so (``skipDays`` Saturday, Sunday):
+    an empty feed then is normal. An empty feed on another day means an outage upstream (or an
+    arXiv holiday), which the operator should see.
+    """
+    block = _SKIP_DAYS.search(body)
+    when = parsed.feed.get("published_parsed") or parsed.feed.get("updated_parsed")
+    if block is None or when is None:
+        return ()
+    skip = {d.decode("ascii", "replace").capitalize() for d in _DAY.findall(block.group(1))}
+    published = parsed.feed.get("published", "") or parsed.feed.get("updated", "")
+    day = published[:3].capitalize() if published[:3].isalpha() else None
+    weekday = {
+        "Mon": "Monday",
+        "Tue": "Tuesday",
+        "Wed": "Wednesday",
+        "Thu": "Thursday",
+        "Fri": "Friday",
+        "Sat": "Saturday",
+        "Sun": "Sunday",
+    }.get(day or "") or struct_to_datetime(when).strftime("%A")  # type: ignore[union-attr]
+    if weekday in skip:
+        return ()
+    return (
+        f"no entries on {weekday}, a day this feed does not skip (an outage upstream, or an "
+        "arXiv holiday?)",
+    )
 
 
 def _entry(entry: Any) -> tuple[PaperData | None, str]:

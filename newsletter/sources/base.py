@@ -7,6 +7,9 @@ from calendar import timegm
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from time import struct_time
+from typing import Any
+
+import feedparser
 
 from newsletter.models import PaperData
 
@@ -27,6 +30,8 @@ class ParseResult:
     """Feed-level trouble (malformed XML, wrong encoding): what parsed is kept, this is reported."""
     entries: int = 0
     """How many entries the source listed."""
+    total: int | None = None
+    """For paginated sources: how many results the whole query has."""
 
 
 _WS = re.compile(r"\s+")
@@ -47,3 +52,16 @@ def split_authors(text: str) -> tuple[str, ...]:
     """arXiv's ``dc:creator`` is one comma-joined string ("A, B, and C")."""
     parts = re.split(r",\s*(?:and\s+)?|\s+and\s+", clean_text(text))
     return tuple(p for p in (s.strip() for s in parts) if p)
+
+
+def parse_xml_feed(body: bytes, *, generic: bool = False) -> Any:
+    """feedparser on downloaded bytes only: never a URL or a path it would open itself.
+
+    feedparser treats a ``str`` as a URL or file name to fetch; sources must not let it.
+    ``generic`` feeds (any RSS/Atom) get feedparser's HTML sanitizing and ``xml:base``
+    resolution of relative links; arXiv's own formats need neither and parse faster without.
+    External entities are never resolved.
+    """
+    if not isinstance(body, bytes):
+        raise TypeError("parsers take the bytes the fetcher downloaded, not a URL or path")
+    return feedparser.parse(body, sanitize_html=generic, resolve_relative_uris=generic)

@@ -6,8 +6,7 @@ Items key on an arXiv id when they link one, else on a DOI, else on the normaliz
 from __future__ import annotations
 
 from typing import Any
-
-import feedparser
+from urllib.parse import urljoin, urlsplit
 
 from newsletter.identity import arxiv_urls, paper_key, parse_arxiv_id
 from newsletter.models import PaperData
@@ -15,13 +14,19 @@ from newsletter.sources.base import (
     ParseResult,
     Skipped,
     clean_text,
+    parse_xml_feed,
     split_authors,
     struct_to_datetime,
 )
 
 
-def bozo_problem(parsed: Any, url: str) -> tuple[str, ...]:
+def bozo_problem(parsed: Any, url: str, body: bytes = b"") -> tuple[str, ...]:
     """feedparser's bozo flag, never ignored: a readable description of what went wrong."""
+    head = body[:512].lstrip().lower()
+    if not body.strip() and not parsed.entries:
+        return ("empty response (0 bytes of feed)",)
+    if head.startswith((b"<!doctype html", b"<html")) and not parsed.entries:
+        return ("got an HTML page instead of a feed (a login, challenge or error page?)",)
     if not parsed.get("bozo"):
         if not parsed.get("version") and not parsed.entries:
             return ("empty response or not a feed",)
@@ -32,17 +37,22 @@ def bozo_problem(parsed: Any, url: str) -> tuple[str, ...]:
         return (f"declared encoding was wrong; parsed as {parsed.get('encoding', '?')}",)
     line = getattr(exc, "getLineNumber", lambda: None)()
     where = f" at line {line}" if line else ""
-    return (f"malformed feed{where}: {exc}",)
+    kept = f"; kept the {len(parsed.entries)} entries that parsed" if parsed.entries else ""
+    return (f"malformed feed{where}: {exc}{kept}",)
 
 
 def parse(body: bytes, url: str) -> ParseResult:
-    parsed = feedparser.parse(body, response_headers={"content-location": url}, sanitize_html=True)
+    parsed = parse_xml_feed(body, generic=True)
+    # Relative links (no xml:base) resolve against the feed's own link, else where it came from.
+    base = parsed.feed.get("link") or (url if url.startswith(("http://", "https://")) else "")
     papers: list[PaperData] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
     for entry in parsed.entries:
         title = clean_text(entry.get("title"))
         link = entry.get("link", "") or ""
+        if link and base and not urlsplit(link).scheme:
+            link = urljoin(base, link)
         guid = entry.get("id", "") or ""
         key = paper_key(
             link=link, ids=(guid,), text=" ".join(x.get("href", "") for x in entry.get("links", []))
@@ -58,6 +68,8 @@ def parse(body: bytes, url: str) -> ParseResult:
         seen.add(key)
         found = parse_arxiv_id(key) if not key.startswith(("doi:", "url:")) else None
         abs_url, pdf_url = arxiv_urls(key) if found else (link, None)
+        if key.startswith("url:"):
+            abs_url = key[4:]  # the link without its tracking parameters
         authors: tuple[str, ...] = tuple(
             clean_text(a.get("name")) for a in entry.get("authors", []) if a.get("name")
         )
@@ -79,7 +91,7 @@ def parse(body: bytes, url: str) -> ParseResult:
             )
         )
     return ParseResult(
-        tuple(papers), tuple(skipped), bozo_problem(parsed, url), len(parsed.entries)
+        tuple(papers), tuple(skipped), bozo_problem(parsed, url, body), len(parsed.entries)
     )
 
 

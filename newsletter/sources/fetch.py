@@ -1,21 +1,41 @@
 """The fetcher: the only code in sources/ that does I/O. Parsers only ever see its bytes.
 
-Local paths and ``file://`` URLs are read directly (tests, demos, air-gapped sites); http(s) goes
-through httpx with a timeout, a User-Agent naming the product and the operator, and conditional
-GET (ETag / Last-Modified).
+Local paths and ``file://`` URLs are read directly (tests, demos, air-gapped sites). http(s) goes
+through httpx, politely and safely:
+
+* a timeout, and a User-Agent naming the product and the operator's contact;
+* conditional GET (``If-None-Match`` / ``If-Modified-Since``): a 304 means nothing to do;
+* a delay between two requests to the same host (``fetch.host_delay``, or a source's own);
+* retries with exponential backoff and jitter on 429, 5xx and timeouts, honoring ``Retry-After``;
+* a size cap, checked against ``Content-Length`` and again while streaming the decoded body;
+* an optional proxy (``fetch.proxy``; the environment's proxy variables are ignored);
+* http and https only; every redirect hop is checked again, and the host is resolved here and
+  the connection pinned to the checked address, so neither a redirect nor a DNS answer can reach
+  loopback, private, link-local or cloud-metadata addresses unless the source allows it.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import random
+import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 
 from newsletter import __version__
+from newsletter.config import FetchSettings
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+Resolver = Callable[[str, int], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +44,10 @@ class FetchResult:
     """``None`` when the server answered 304 Not Modified."""
     etag: str | None = None
     last_modified: str | None = None
+    content_type: str | None = None
+    url: str = ""
+    """Where the body finally came from (after redirects)."""
+    attempts: int = 1
 
     @property
     def not_modified(self) -> bool:
@@ -34,9 +58,49 @@ class FetchError(Exception):
     """A fetch failed; the message says why in words an operator can act on."""
 
 
+class BlockedAddress(FetchError):
+    """The URL (or a redirect, or a DNS answer) points at an address sources may not reach."""
+
+
 def user_agent(contact: str | None) -> str:
     ua = f"newsletter/{__version__} (self-hosted paper digest"
     return ua + (f"; {contact})" if contact else ")")
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise FetchError(f"cannot resolve {host}: {e.strerror or e}") from e
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def blocked_reason(address: str) -> str | None:
+    """Why a source may not connect to ``address`` by default, or ``None`` when it may."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for test, what in (
+        (ip.is_loopback, "loopback"),
+        (ip.is_link_local, "link-local (cloud metadata)"),
+        (ip.is_private, "private"),
+        (ip.is_multicast, "multicast"),
+        (ip.is_unspecified, "unspecified"),
+        (ip.is_reserved, "reserved"),
+    ):
+        if test:
+            return what
+    if not ip.is_global:
+        return "non-public"
+    return None
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 class Fetcher:
@@ -46,56 +110,275 @@ class Fetcher:
         contact: str | None = None,
         timeout: float = 30.0,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        host_delay: float = 1.0,
+        retries: int = 3,
+        backoff: float = 2.0,
+        max_retry_after: float = 300.0,
+        max_redirects: int = 5,
+        proxy: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        resolver: Resolver = system_resolver,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
         self.max_bytes = max_bytes
-        self.client = httpx.Client(
-            timeout=timeout,
-            headers={"User-Agent": user_agent(contact)},
-            follow_redirects=False,
-            transport=transport,
+        self.host_delay = host_delay
+        self.retries = retries
+        self.backoff = backoff
+        self.max_retry_after = max_retry_after
+        self.max_redirects = max_redirects
+        self.resolver = resolver
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.rng = rng or random.Random()
+        self._last_request: dict[str, float] = {}
+        self.proxy = proxy
+        self._client_options: dict[str, Any] = {
+            "timeout": timeout,
+            "headers": {"User-Agent": user_agent(contact)},
+            "follow_redirects": False,
+            "transport": transport,
+            "proxy": proxy,
+            "trust_env": False,  # proxies come from fetch.proxy, never from the environment
+        }
+        # One client (one connection pool) per host name: connections go to a pinned address,
+        # and a TLS connection made for one name must never carry another name's requests.
+        self._clients: dict[str, httpx.Client] = {}
+
+    def _client(self, host: str) -> httpx.Client:
+        client = self._clients.get(host)
+        if client is None:
+            client = self._clients[host] = httpx.Client(**self._client_options)
+        return client
+
+    @classmethod
+    def from_settings(cls, settings: FetchSettings, contact: str | None = None) -> Fetcher:
+        """A fetcher configured by the ``fetch:`` section."""
+        return cls(
+            contact=contact,
+            timeout=settings.timeout,
+            max_bytes=settings.max_bytes,
+            host_delay=settings.host_delay,
+            retries=settings.retries,
+            backoff=settings.backoff,
+            max_retry_after=settings.max_retry_after,
+            max_redirects=settings.max_redirects,
+            proxy=settings.proxy,
         )
 
     def close(self) -> None:
-        self.client.close()
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def __enter__(self) -> Fetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- entry point
 
     def fetch(
-        self, location: str, *, etag: str | None = None, last_modified: str | None = None
+        self,
+        location: str,
+        *,
+        etag: str | None = None,
+        last_modified: str | None = None,
+        allow_private: bool = False,
+        delay: float = 0.0,
     ) -> FetchResult:
+        """Download ``location``. Raises :class:`FetchError` with a reason an operator can act on.
+
+        ``delay`` raises the per-host politeness delay for this request (arXiv asks for 3 s).
+        """
         parts = urlsplit(location)
         if parts.scheme in ("", "file"):
-            path = Path(unquote(parts.path) if parts.scheme == "file" else location)
-            try:
-                size = path.stat().st_size
-                if size > self.max_bytes:
-                    raise FetchError(f"{path} is {size} bytes, over the {self.max_bytes}-byte cap")
-                return FetchResult(path.read_bytes())
-            except OSError as e:
-                raise FetchError(f"cannot read {path}: {e.strerror or e}") from e
+            return self._read_file(location, parts.scheme == "file")
         if parts.scheme not in ("http", "https"):
             raise FetchError(
                 f"unsupported URL scheme {parts.scheme!r}; use http(s), file:// or a path"
             )
-        headers = {}
+        headers: dict[str, str] = {}
         if etag:
             headers["If-None-Match"] = etag
         if last_modified:
             headers["If-Modified-Since"] = last_modified
-        try:
-            with self.client.stream("GET", location, headers=headers) as resp:
-                if resp.status_code == 304:
-                    return FetchResult(None, etag, last_modified)
-                if resp.status_code != 200:
-                    raise FetchError(f"HTTP {resp.status_code} {resp.reason_phrase}")
-                chunks: list[bytes] = []
-                total = 0
-                for chunk in resp.iter_bytes():
-                    total += len(chunk)
-                    if total > self.max_bytes:
-                        raise FetchError(f"response is over the {self.max_bytes}-byte cap")
-                    chunks.append(chunk)
+        url = location
+        attempt = 0
+        redirects = 0
+        while True:
+            attempt += 1
+            self._wait_for_host(url, delay)
+            try:
+                outcome = self._request(url, headers, allow_private)
+            except httpx.TimeoutException as e:
+                if attempt > self.retries:
+                    raise FetchError(
+                        f"timed out after {attempt} attempts ({type(e).__name__})"
+                    ) from e
+                self.sleep(self._backoff(attempt))
+                continue
+            except httpx.ConnectError as e:
+                where = urlsplit(url).netloc
+                raise FetchError(f"cannot connect to {where}: {e}") from e
+            except httpx.HTTPError as e:
+                raise FetchError(f"{type(e).__name__}: {e}") from e
+            if isinstance(outcome, FetchResult):
                 return FetchResult(
-                    b"".join(chunks), resp.headers.get("ETag"), resp.headers.get("Last-Modified")
+                    outcome.body,
+                    outcome.etag,
+                    outcome.last_modified,
+                    outcome.content_type,
+                    outcome.url,
+                    attempt,
                 )
-        except httpx.HTTPError as e:
-            raise FetchError(f"{type(e).__name__}: {e}") from e
+            status, reason, retry_after, location_header = outcome
+            if status in (301, 302, 303, 307, 308):
+                redirects += 1
+                if not location_header:
+                    raise FetchError(f"HTTP {status} redirect without a Location header")
+                if redirects > self.max_redirects:
+                    raise FetchError(f"more than {self.max_redirects} redirects (last to {url})")
+                url = urljoin(url, location_header)
+                if urlsplit(url).scheme not in ("http", "https"):
+                    raise FetchError(f"redirected to {url!r}: only http and https are followed")
+                attempt -= 1  # a redirect is not a failed attempt
+                continue
+            if status in RETRY_STATUS and attempt <= self.retries:
+                wait = self._backoff(attempt)
+                if retry_after is not None:
+                    if retry_after > self.max_retry_after:
+                        raise FetchError(
+                            f"HTTP {status} {reason}: the server asks to retry after "
+                            f"{retry_after:.0f} s, more than fetch.max_retry_after "
+                            f"({self.max_retry_after:.0f} s)"
+                        )
+                    wait = max(retry_after, 0.0)
+                self.sleep(wait)
+                continue
+            tries = f" after {attempt} attempts" if attempt > 1 else ""
+            raise FetchError(f"HTTP {status} {reason}{tries}")
+
+    # ---------------------------------------------------------------- pieces
+
+    def _read_file(self, location: str, is_url: bool) -> FetchResult:
+        path = Path(unquote(urlsplit(location).path) if is_url else location)
+        try:
+            size = path.stat().st_size
+            if size > self.max_bytes:
+                raise FetchError(
+                    f"{path} is {size} bytes, over the {self.max_bytes}-byte cap (fetch.max_bytes)"
+                )
+            return FetchResult(path.read_bytes(), url=str(path))
+        except OSError as e:
+            raise FetchError(f"cannot read {path}: {e.strerror or e}") from e
+
+    def _backoff(self, attempt: int) -> float:
+        return float(self.backoff * (2 ** (attempt - 1)) * (0.5 + self.rng.random()))
+
+    def _wait_for_host(self, url: str, delay: float) -> None:
+        host = (urlsplit(url).hostname or "").lower()
+        gap = max(self.host_delay, delay)
+        last = self._last_request.get(host)
+        if last is not None and gap > 0:
+            remaining = last + gap - self.monotonic()
+            if remaining > 0:
+                self.sleep(remaining)
+        self._last_request[host] = self.monotonic()
+
+    def _pin(self, url: str, allow_private: bool) -> tuple[str, dict[str, str], dict[str, str]]:
+        """Check where ``url`` leads; return the URL to connect to, extra headers, extensions."""
+        parts = urlsplit(url)
+        host = parts.hostname
+        if not host:
+            raise FetchError(f"{url!r} has no host")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        addresses = [host] if _is_ip(host) else self.resolver(host, port)
+        if not addresses:
+            raise FetchError(f"cannot resolve {host}: no addresses")
+        if not allow_private:
+            for address in addresses:
+                why = blocked_reason(address)
+                if why is not None:
+                    raise BlockedAddress(
+                        f"{host} resolves to {address}, a {why} address; sources may not reach "
+                        "those (set allow_private: true on this source if it is an intranet feed)"
+                    )
+        if _is_ip(host) or self.proxy:
+            # Behind a proxy the proxy connects (and resolves again); the check above still
+            # refuses names that resolve to internal addresses here.
+            return url, {}, {}
+        address = addresses[0]
+        netloc_host = f"[{address}]" if ":" in address else address
+        netloc = netloc_host + (f":{parts.port}" if parts.port else "")
+        pinned = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        host_header = host + (f":{parts.port}" if parts.port else "")
+        return pinned, {"Host": host_header}, {"sni_hostname": host}
+
+    def _request(
+        self, url: str, headers: dict[str, str], allow_private: bool
+    ) -> FetchResult | tuple[int, str, float | None, str | None]:
+        """One request: the result, or ``(status, reason, retry_after, location)`` to act on."""
+        pinned, extra, extensions = self._pin(url, allow_private)
+        client = self._client((urlsplit(url).hostname or "").lower())
+        request = client.build_request(
+            "GET", pinned, headers={**headers, **extra}, extensions=extensions
+        )
+        resp = client.send(request, stream=True)
+        try:
+            if resp.status_code == 304:
+                return FetchResult(
+                    None,
+                    headers.get("If-None-Match"),
+                    headers.get("If-Modified-Since"),
+                    url=url,
+                )
+            if resp.status_code != 200:
+                return (
+                    resp.status_code,
+                    resp.reason_phrase,
+                    _retry_after(resp.headers.get("Retry-After"), time.time()),
+                    resp.headers.get("Location"),
+                )
+            declared = resp.headers.get("Content-Length")
+            if declared and declared.isdigit() and int(declared) > self.max_bytes:
+                raise FetchError(
+                    f"response is {declared} bytes, over the {self.max_bytes}-byte cap "
+                    "(fetch.max_bytes)"
+                )
+            chunks: list[bytes] = []
+            total = 0
+            for chunk in resp.iter_bytes():
+                total += len(chunk)
+                if total > self.max_bytes:
+                    raise FetchError(
+                        f"response is over the {self.max_bytes}-byte cap (fetch.max_bytes)"
+                    )
+                chunks.append(chunk)
+            return FetchResult(
+                b"".join(chunks),
+                resp.headers.get("ETag"),
+                resp.headers.get("Last-Modified"),
+                resp.headers.get("Content-Type"),
+                url,
+            )
+        finally:
+            resp.close()
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """``Retry-After`` in seconds: delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now)

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Insert,
     Table,
     and_,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -76,6 +77,10 @@ class PaperWrite:
     signals_changed: bool
     announced: bool = True
     """For inserts: False when the paper is only an update or backfill and must not count as new."""
+    new_link: bool = True
+    """The paper is not yet linked to this source (always true for inserts)."""
+    promote: bool = False
+    """For updates: a paper stored unannounced (a backfill) that a listing now announces."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,56 +244,124 @@ class Store:
     def write_papers(
         self, source: str, writes: Sequence[PaperWrite], now: datetime
     ) -> dict[str, int]:
-        """Apply ingest decisions in one transaction: inserts, updates, source links, signals.
+        """Apply ingest decisions in one transaction, batched: inserts, updates, links, signals.
 
+        A write that changes nothing (same metadata, same signals, source already linked) issues
+        no statement at all, so re-ingesting an unchanged feed writes nothing.
         Returns the stored id of every paper key written.
         """
         ids: dict[str, int] = {}
+        inserts = [w for w in writes if w.paper_id is None]
+        updates = [
+            w
+            for w in writes
+            if w.paper_id is not None and (w.metadata_changed or w.signals_changed or w.promote)
+        ]
+        if not inserts and not updates and not any(w.new_link for w in writes):
+            return {w.data.key: w.paper_id for w in writes if w.paper_id is not None}
         with self.engine.begin() as conn:
-            for w in writes:
-                d = w.data
-                if w.paper_id is None:
-                    row = _paper_row(d)
+            if inserts:
+                rows = []
+                for w in inserts:
+                    row = _paper_row(w.data)
                     row.update(first_seen=now, updated=now, announced=w.announced)
-                    pid = conn.execute(
-                        t.papers.insert().values(**row).returning(t.papers.c.id)
-                    ).scalar_one()
-                else:
-                    pid = w.paper_id
-                    values: dict[str, Any] = {}
-                    if w.metadata_changed:
-                        values.update(_paper_row(d), updated=now)
-                        values.pop("upvotes", None)
-                        values.pop("comments", None)
-                    if w.signals_changed:
-                        values.update(upvotes=d.upvotes, comments=d.comments)
-                    if values:
-                        conn.execute(update(t.papers).where(t.papers.c.id == pid).values(**values))
-                ids[d.key] = pid
-                if w.signals_changed or (w.paper_id is None and d.upvotes is not None):
-                    conn.execute(
-                        self._insert(t.paper_signals)
-                        .values(
-                            paper_id=pid,
-                            observed=now,
-                            source=source,
-                            upvotes=d.upvotes,
-                            comments=d.comments,
-                        )
-                        .on_conflict_do_nothing()  # type: ignore[attr-defined]
+                    rows.append(row)
+                for start in range(0, len(rows), 1000):
+                    got = conn.execute(
+                        t.papers.insert().returning(t.papers.c.id, t.papers.c.key),
+                        rows[start : start + 1000],
                     )
-            if ids:
-                links = [
-                    {"paper_id": pid, "source": source, "first_seen": now, "last_seen": now}
-                    for pid in ids.values()
-                ]
-                stmt = self._insert(t.paper_sources).values(links)
+                    ids.update({key: pid for pid, key in got})
+            meta = [w for w in updates if w.metadata_changed]
+            if meta:
+                conn.execute(
+                    update(t.papers)
+                    .where(t.papers.c.id == bindparam("_id"))
+                    .values({c: bindparam(c) for c in (*_META_COLUMNS, "updated")}),
+                    [
+                        {
+                            "_id": w.paper_id,
+                            "updated": now,
+                            **{c: v for c, v in _paper_row(w.data).items() if c in _META_COLUMNS},
+                        }
+                        for w in meta
+                    ],
+                )
+            signal_updates = [w for w in updates if w.signals_changed]
+            if signal_updates:
+                conn.execute(
+                    update(t.papers)
+                    .where(t.papers.c.id == bindparam("_id"))
+                    .values(upvotes=bindparam("upvotes"), comments=bindparam("comments")),
+                    [
+                        {"_id": w.paper_id, "upvotes": w.data.upvotes, "comments": w.data.comments}
+                        for w in signal_updates
+                    ],
+                )
+            promoted = [w for w in updates if w.promote]
+            if promoted:
+                # Announced today: it enters today's listings as a new paper, once.
+                conn.execute(
+                    update(t.papers)
+                    .where(t.papers.c.id == bindparam("_id"))
+                    .values(announced=True, first_seen=bindparam("first_seen")),
+                    [{"_id": w.paper_id, "first_seen": now} for w in promoted],
+                )
+            for w in writes:
+                if w.paper_id is not None:
+                    ids[w.data.key] = w.paper_id
+            snapshots = [
+                {
+                    "paper_id": ids[w.data.key],
+                    "observed": now,
+                    "source": source,
+                    "upvotes": w.data.upvotes,
+                    "comments": w.data.comments,
+                }
+                for w in writes
+                if w.signals_changed and (w.data.upvotes is not None or w.data.comments is not None)
+            ]
+            if snapshots:
+                conn.execute(
+                    self._insert(t.paper_signals).on_conflict_do_nothing(),  # type: ignore[attr-defined]
+                    snapshots,
+                )
+            changed = {w.data.key for w in updates}
+            links = [
+                {"paper_id": ids[w.data.key], "source": source, "first_seen": now, "last_seen": now}
+                for w in writes
+                if w.new_link or w.data.key in changed
+            ]
+            if links:
+                stmt = self._insert(t.paper_sources)
                 stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
                     index_elements=["paper_id", "source"],
                     set_={"last_seen": stmt.excluded.last_seen},  # type: ignore[attr-defined]
                 )
-                conn.execute(stmt)
+                conn.execute(stmt, links)
         return ids
+
+    def _velocities(self, conn: Connection, ids: Sequence[int]) -> dict[int, float]:
+        """Upvotes gained per hour, from each paper's signal snapshots of its latest day."""
+        history: dict[int, list[tuple[datetime, int]]] = {}
+        for start in range(0, len(ids), 500):
+            q = (
+                select(
+                    t.paper_signals.c.paper_id,
+                    t.paper_signals.c.observed,
+                    t.paper_signals.c.upvotes,
+                )
+                .where(
+                    t.paper_signals.c.paper_id.in_(ids[start : start + 500]),
+                    t.paper_signals.c.upvotes.is_not(None),
+                )
+                .order_by(t.paper_signals.c.paper_id, t.paper_signals.c.observed)
+            )
+            for pid, observed, upvotes in conn.execute(q):
+                history.setdefault(pid, []).append((observed, upvotes))
+        return {
+            pid: v for pid, snaps in history.items() if (v := upvote_velocity(snaps)) is not None
+        }
 
     def recent_papers(self, since: datetime) -> list[Paper]:
         """Papers first seen at or after ``since``, oldest first, with their sources."""
@@ -298,8 +371,10 @@ class Store:
                 .where(t.papers.c.first_seen >= since, t.papers.c.announced.is_(True))
                 .order_by(t.papers.c.first_seen, t.papers.c.id)
             ).all()
-            sources = self._sources_for(conn, [r.id for r in rows])
-            return [_paper(r, sources.get(r.id, ())) for r in rows]
+            ids = [r.id for r in rows]
+            sources = self._sources_for(conn, ids)
+            velocity = self._velocities(conn, ids)
+            return [_paper(r, sources.get(r.id, ()), velocity.get(r.id)) for r in rows]
 
     def count_papers(self) -> int:
         with self.engine.connect() as conn:
@@ -1052,7 +1127,7 @@ def _paper_row(d: PaperData) -> dict[str, Any]:
     }
 
 
-def _paper(r: Any, sources: tuple[str, ...]) -> Paper:
+def _paper(r: Any, sources: tuple[str, ...], velocity: float | None = None) -> Paper:
     return Paper(
         id=r.id,
         key=r.key,
@@ -1070,7 +1145,42 @@ def _paper(r: Any, sources: tuple[str, ...]) -> Paper:
         sources=sources,
         upvotes=r.upvotes,
         comments=r.comments,
+        upvote_velocity=velocity,
+        announced=bool(r.announced),
     )
+
+
+_META_COLUMNS = (
+    "title",
+    "abstract",
+    "authors",
+    "categories",
+    "url",
+    "pdf_url",
+    "code_url",
+    "version",
+    "published",
+    "content_hash",
+)
+VELOCITY_WINDOW = timedelta(hours=24)
+"""Snapshots older than this (before the latest one) do not count towards velocity."""
+
+
+def upvote_velocity(snapshots: Sequence[tuple[datetime, int]]) -> float | None:
+    """Upvotes per hour between the first and last snapshot within the window; ``None`` if unknown.
+
+    ``snapshots`` are ``(observed, upvotes)`` oldest first. One snapshot, or snapshots less than
+    six minutes apart, say nothing about speed.
+    """
+    if len(snapshots) < 2:
+        return None
+    last_at, last = snapshots[-1]
+    window = [(at, n) for at, n in snapshots if last_at - at <= VELOCITY_WINDOW]
+    first_at, first = window[0]
+    hours = (last_at - first_at).total_seconds() / 3600
+    if hours < 0.1:
+        return None
+    return max(0.0, (last - first) / hours)
 
 
 def _subscriber(r: Any, topics: tuple[str, ...]) -> Subscriber:
