@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -286,11 +287,15 @@ def fetch_report_json(report: Any) -> dict[str, Any]:
 
 
 def print_fetch_report(report: Any) -> None:
-    table = Table(title="Fetch", title_justify="left")
+    # A light box and unbreakable cells keep the table readable in an 80-column terminal.
+    table = Table(
+        title="Fetch", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
+    )
     for col in ("source", "status", "fetched", "new", "updated", "skipped", "errors", "time"):
         table.add_column(
             col,
             justify="left" if col in ("source", "status") else "right",
+            no_wrap=True,
             overflow="fold",
         )
     for s in report.sources:

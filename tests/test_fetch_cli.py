@@ -33,11 +33,11 @@ def test_table_names_every_source_with_its_status(tmp_path: Path) -> None:
     path = make(tmp_path, GOOD, BAD, GONE, NO_IDS)
     result = run(path, "fetch")
     assert result.exit_code == 0, result.output  # some sources worked
-    out = " ".join(result.stdout.split())  # the table wraps long cells
+    out = " ".join(result.stdout.split())  # columns are separated by runs of spaces
     for header in ("source", "status", "fetched", "new", "updated", "skipped", "errors", "time"):
         assert header in out
-    assert "│ broken │ partial │ 10 │" in out and "error in broken: malformed feed at line" in out
-    assert "│ gone │ failed │ 0 │" in out and "error in gone: cannot read" in out
+    assert "broken partial 10 " in out and "error in broken: malformed feed at line" in out
+    assert "gone failed 0 " in out and "error in gone: cannot read" in out
     assert "2 sources had errors" in out
     assert (
         "skipped in no-ids: An item with neither link nor guid: no link, guid or identifier" in out
