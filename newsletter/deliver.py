@@ -9,6 +9,7 @@ turns every failure into a :class:`DeliveryError` (one message) or a :class:`Rel
 
 from __future__ import annotations
 
+import re
 import smtplib
 import ssl
 import uuid
@@ -16,17 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from email import policy
-from email.message import EmailMessage
-from email.utils import format_datetime
+from email.utils import format_datetime, parseaddr
 from types import TracebackType
 from typing import Protocol
 
-from newsletter.addresses import format_address
 from newsletter.config import Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
+from newsletter.mime import DigestMessage, MimeWriter, ascii_address
 from newsletter.render import DigestLinks, RenderedDigest
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
+
+MIME_WRITER = MimeWriter()
+"""Shared by every message of the process: its quoted-printable line cache is bounded."""
 
 
 def make_message_id(domain: str) -> str:
@@ -56,30 +59,39 @@ def build_message(
     links: DigestLinks,
     now: datetime,
 ) -> Envelope:
+    """The digest as RFC 5322 bytes, assembled by :mod:`newsletter.mime` (not ``email.message``).
+
+    Headers: Subject, From, To, Reply-To (when set), Date, Message-ID, List-Id, List-Unsubscribe
+    (HTTPS + mailto) with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058),
+    Auto-Submitted, Precedence: bulk, X-Auto-Response-Suppress. Body: multipart/alternative,
+    text then HTML, quoted-printable, CRLF. An IDN domain is written in IDNA form, in the
+    envelope too; a non-ASCII local part raises :class:`~newsletter.addresses.InvalidAddress`.
+    """
     sender = settings.sender
-    msg = EmailMessage()
-    msg["Subject"] = header_safe(rendered.subject)
-    msg["From"] = format_address(sender.from_name, sender.from_address)
-    msg["To"] = format_address(to_name, to_address)
-    if sender.reply_to:
-        msg["Reply-To"] = sender.reply_to
-    msg["Date"] = format_datetime(now)
-    msg["Message-ID"] = message_id
+    reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
     list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
-    msg["List-Id"] = header_safe(list_id)
-    msg["List-Unsubscribe"] = (
-        f"<{links.unsubscribe}>, <mailto:{sender.from_address}?subject=unsubscribe>"
+    m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
+    list_name, list_value = (m.group(1), m.group(2)) if m else ("", list_id)
+    data = MIME_WRITER.write(
+        DigestMessage(
+            subject=rendered.subject,
+            from_name=sender.from_name,
+            from_address=sender.from_address,
+            to_name=to_name,
+            to_address=to_address,
+            reply_to_name=reply_name,
+            reply_to_address=reply_address or None,
+            date=format_datetime(now),
+            message_id=message_id,
+            list_id_name=list_name,
+            list_id=list_value,
+            unsubscribe_url=links.unsubscribe,
+            unsubscribe_mailto=f"mailto:{ascii_address(sender.from_address)}?subject=unsubscribe",
+            text=rendered.text,
+            html=rendered.html,
+        )
     )
-    msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
-    msg["Auto-Submitted"] = "auto-generated"
-    msg["Precedence"] = "bulk"
-    msg["X-Auto-Response-Suppress"] = "OOF, AutoReply"
-    msg.set_content(rendered.text, cte="quoted-printable")
-    msg.add_alternative(rendered.html, subtype="html", cte="quoted-printable")
-    # SMTP wants CRLF line endings; smtplib does not fix them for bytes. Lines may be up to 998
-    # octets: at 78 the List-Unsubscribe URL (one long word) would be RFC 2047-encoded, and mail
-    # clients would no longer find the one-click link in it.
-    return Envelope(sender.from_address, to_address, msg.as_bytes(policy=WIRE_POLICY), message_id)
+    return Envelope(ascii_address(sender.from_address), ascii_address(to_address), data, message_id)
 
 
 class Mailer(Protocol):

@@ -1,4 +1,22 @@
-"""Digest → subject, HTML and plain text. Jinja2 with autoescape; CSS inlined with premailer.
+"""Digest → subject, preheader, HTML and plain text. Jinja2 with autoescape; CSS inlined once.
+
+The email HTML needs its CSS inlined (many mail clients drop ``<style>``). Running premailer on
+every message costs ~20 ms per digest, so the :class:`Renderer` inlines the *template* once, when
+it is built: every Jinja tag is swapped for an inert alphanumeric placeholder, premailer inlines
+the CSS into the protected source, and the placeholders are put back. The result is an ordinary
+Jinja template whose elements already carry their ``style`` attributes; per subscriber it is a
+template render only. Placeholders are letters and digits, so premailer's serializer (which
+percent-encodes spaces and non-ASCII in ``href``) cannot mangle a ``{{ url }}``.
+
+Inlining the template is only equivalent to inlining each rendered message when every element's
+style is decided by the template itself. A template that builds ``class``, ``id`` or ``style``
+from data, or pulls in other templates (``include``, ``extends``, ``import``), cannot be inlined
+once: the renderer then logs a warning naming the template and falls back to premailer per
+message (correct, slow). ``tests/test_render.py`` proves that both paths give the same HTML.
+
+Per-paper work (abstract excerpt, short author list, wrapped text blocks, cleaned links) is
+memoized per renderer, so it is done once per paper per run whatever the number of subscribers;
+the per-subscriber reason is never cached with it.
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
@@ -6,11 +24,15 @@ before the shipped templates.
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any, TypeVar
 
 import jinja2
 import premailer
@@ -19,6 +41,12 @@ from newsletter.config import Settings
 from newsletter.models import Digest, DigestItem
 
 log = logging.getLogger(__name__)
+
+TEXT_WIDTH = 76
+"""The text part is wrapped at this width (a URL longer than a line stays whole)."""
+
+CACHE_SIZE = 8192
+"""Memoized per-paper values kept per renderer (bounded: the web app's renderer lives long)."""
 
 
 def shipped_templates_dir() -> Path:
@@ -48,6 +76,23 @@ class RenderedDigest:
     text: str
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _memo(fn: _F, size: int = CACHE_SIZE) -> _F:
+    """``fn`` with a bounded cache; unhashable arguments (a list of authors) skip the cache."""
+    cached = functools.lru_cache(maxsize=size)(fn)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:
+            return fn(*args, **kwargs)
+
+    functools.update_wrapper(call, fn)
+    return call  # type: ignore[return-value]
+
+
 def make_environment(templates_dir: Path | None = None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = []
     if templates_dir is not None:
@@ -60,20 +105,27 @@ def make_environment(templates_dir: Path | None = None) -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["short_authors"] = short_authors
-    env.filters["excerpt"] = excerpt
-    env.filters["wrap"] = wrap
+    # One cache per environment: a paper's excerpt, author list and wrapped text are computed
+    # once, then reused for every subscriber whose digest holds the paper.
+    env.filters["short_authors"] = _memo(short_authors)
+    env.filters["excerpt"] = _memo(excerpt)
+    env.filters["wrap"] = _memo(wrap)
+    env.filters["url"] = _memo(safe_url)
+    env.filters["thousands"] = thousands
     return env
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
     """ "A. Author, B. Author + 5 more"."""
-    names = list(authors)
+    names = [" ".join(a.split()) for a in authors if a.strip()]
     if not names:
         return ""
-    if len(names) <= shown:
+    if len(names) <= shown + 1:  # "+ 1 more" is longer than the name it hides
         return ", ".join(names)
     return ", ".join(names[:shown]) + f" + {len(names) - shown} more"
+
+
+_SENTENCE_END = re.compile(r"[.?!][)\]\"”’']?\s")
 
 
 def excerpt(text: str, limit: int = 320) -> str:
@@ -81,60 +133,197 @@ def excerpt(text: str, limit: int = 320) -> str:
     text = " ".join(text.split())
     if len(text) <= limit:
         return text
-    cut = text[:limit]
-    sentence = max(cut.rfind(". "), cut.rfind("? "), cut.rfind("! "))
-    if sentence >= limit * 0.6:
-        return cut[: sentence + 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > 0 else cut).rstrip(",;:") + "…"
+    cut = text[: limit + 1]
+    ends = [m.end() - 1 for m in _SENTENCE_END.finditer(cut)]
+    if ends and ends[-1] >= limit * 0.6:
+        return cut[: ends[-1]].rstrip()
+    space = cut.rfind(" ", 0, limit)
+    body = cut[:space] if space > limit * 0.5 else text[:limit]
+    return body.rstrip(" ,;:-–—") + "…"
 
 
-def wrap(text: str, width: int = 76, indent: str = "") -> str:
+def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None = None) -> str:
+    """Fill ``text`` to ``width`` columns; words longer than a line (URLs) are never broken."""
     return textwrap.fill(
         " ".join(text.split()),
         width=width,
-        initial_indent=indent,
+        initial_indent=indent if first is None else first,
         subsequent_indent=indent,
         break_long_words=False,
         break_on_hyphens=False,
     )
 
 
+_URL_OK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
+_URL_ESCAPE = re.compile(r"[\x00-\x20\x7f-\U0010ffff]")
+
+
+def safe_url(value: str | None) -> str:
+    """A link from a feed as it may appear in ``href``: http(s) or mailto only, else ``""``.
+
+    ``javascript:`` and other schemes are dropped (escaping does not make them harmless).
+    Spaces, control characters and non-ASCII are percent-encoded as UTF-8, exactly as
+    premailer's serializer would encode them, so both render paths give the same bytes.
+    """
+    if not value:
+        return ""
+    url = value.strip()
+    if not _URL_OK.match(url):
+        return ""
+    return _URL_ESCAPE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), url)
+
+
+def thousands(n: int) -> str:
+    return f"{n:,}"
+
+
 def summary_line(digest: Digest) -> str:
     """ "3 new papers in LLM serving, Mixture of experts"."""
     count = len(digest.items)
-    topics = ", ".join(s.title for s in digest.sections if s.items) or ", ".join(
-        digest.topic_titles
-    )
+    topics = _topics(digest)
     noun = "paper" if count == 1 else "papers"
     if count == 0:
         return f"Nothing new in {topics or 'your topics'} today"
     return f"{count} new {noun} in {topics}"
 
 
+def _topics(digest: Digest) -> str:
+    return ", ".join(s.title for s in digest.sections if s.items) or ", ".join(digest.topic_titles)
+
+
+# ---------------------------------------------------------------------------- inlining
+
+
+PREMAILER_OPTIONS: dict[str, Any] = {
+    "keep_style_tags": True,
+    "strip_important": False,
+    "disable_validation": True,
+    "cssutils_logging_level": logging.CRITICAL,
+    "allow_network": False,
+}
+
+
+def inline_css(html: str) -> str:
+    """premailer with the options every path uses (per message, or once on a template)."""
+    return str(premailer.transform(html, **PREMAILER_OPTIONS))
+
+
+_JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
+_JINJA_TAG = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
+_MARK = "Jx9q"
+_PLACEHOLDER = re.compile(rf"<!--{_MARK}(\d+)q9xJ-->|{_MARK}(\d+)q9xJ")
+_DATA_ATTR = re.compile(rf"""\s(class|id|style)\s*=\s*(["'])[^"']*{_MARK}\d+q9xJ""", re.IGNORECASE)
+_COMPOSES = re.compile(r"\{%-?\s*(include|extends|import|from)\b")
+_START_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
+
+
+class NotInlinable(Exception):
+    """A template whose CSS cannot be inlined once; the reason says why."""
+
+
+def inline_template_source(source: str) -> str:
+    """Inline the CSS of a Jinja HTML template once; the result is still a Jinja template.
+
+    Each ``{{ expression }}`` becomes an alphanumeric placeholder; each ``{% statement %}``
+    becomes an HTML comment holding one (an alphanumeric one inside a tag), so the HTML parser
+    leaves it where it is even between table rows or in ``<head>``; ``{# comments #}`` go.
+    Raises :class:`NotInlinable` when the result would differ from inlining each rendered
+    message: data-built ``class``/``id``/``style``, composed templates, or Jinja tags or elements
+    that the HTML parser moved or dropped.
+    """
+    if _MARK in source:
+        raise NotInlinable(f"the template contains the placeholder marker {_MARK!r}")
+    if m := _COMPOSES.search(source):
+        raise NotInlinable(f"it uses {{% {m.group(1)} %}}; its parts would not be inlined")
+    source = _JINJA_COMMENT.sub("", source)
+    blank = _JINJA_TAG.sub(lambda m: " " * len(m.group()), source)
+    tags: list[str] = []
+    out: list[str] = []
+    at = 0
+    for m in _JINJA_TAG.finditer(source):
+        before = source[at : m.start()]
+        out.append(before)
+        at = m.end()
+        tags.append(m.group())
+        mark = f"{_MARK}{len(tags) - 1}q9xJ"
+        in_tag = blank.rfind("<", 0, m.start()) > blank.rfind(">", 0, m.start())
+        out.append(mark if m.group().startswith("{{") or in_tag else f"<!--{mark}-->")
+    out.append(source[at:])
+    protected = "".join(out)
+    if m := _DATA_ATTR.search(protected):
+        raise NotInlinable(
+            f"its {m.group(1)} attribute is built from data; styles would be lost (keep it static)"
+        )
+    inlined = inline_css(protected)
+    found = [int(a or b) for a, b in _PLACEHOLDER.findall(inlined)]
+    if found != list(range(len(tags))):
+        raise NotInlinable("the HTML parser moved or dropped some Jinja tags")
+    if _START_TAG.findall(_PLACEHOLDER.sub("", protected)) != _START_TAG.findall(
+        _PLACEHOLDER.sub("", inlined)
+    ):
+        raise NotInlinable("the HTML parser moved or dropped elements (is the markup valid?)")
+    return _PLACEHOLDER.sub(lambda m: tags[int(m.group(1) or m.group(2))], inlined)
+
+
+# ---------------------------------------------------------------------------- the renderer
+
+
 class Renderer:
-    def __init__(self, settings: Settings, templates_dir: Path | None = None) -> None:
+    """Renders digests; built once per run (or once per web app) and reused for every subscriber.
+
+    ``inline_once=False`` runs premailer on every rendered message instead: the slow reference
+    path, and the fallback for a template that cannot be inlined once.
+    """
+
+    def __init__(
+        self, settings: Settings, templates_dir: Path | None = None, *, inline_once: bool = True
+    ) -> None:
         self.settings = settings
         self.env = make_environment(templates_dir)
         self.html_template = self.env.get_template("digest.html")
         self.text_template = self.env.get_template("digest.txt")
+        self.inlined: jinja2.Template | None = None
+        """The HTML template with its CSS inlined, or ``None`` (premailer per message)."""
+        if inline_once:
+            self.inlined = self._inline_once(self.html_template)
+
+    def _inline_once(self, template: jinja2.Template) -> jinja2.Template | None:
+        assert self.env.loader is not None
+        source, filename, _ = self.env.loader.get_source(self.env, "digest.html")
+        try:
+            inlined = inline_template_source(source)
+        except NotInlinable as e:
+            log.warning(
+                "%s: CSS cannot be inlined once (%s); inlining every message instead, "
+                "which is about 50x slower",
+                filename,
+                e,
+            )
+            return None
+        return self.env.from_string(inlined)
+
+    @property
+    def fast(self) -> bool:
+        return self.inlined is not None
 
     def subject(self, digest: Digest) -> str:
         count = len(digest.items)
-        topics = ", ".join(s.title for s in digest.sections if s.items) or ", ".join(
-            digest.topic_titles
-        )
+        topics = _topics(digest)
         if count == 0:
-            return f"Nothing new in {topics or 'your topics'} · {digest.edition_date:%b %d}"
-        text = self.settings.digest.subject.format(
-            count=count, topics=topics, date=digest.edition_date, name=digest.subscriber.name
-        )
+            text = f"Nothing new in {topics or 'your topics'} · {digest.edition_date:%b %d}"
+        else:
+            text = self.settings.digest.subject.format(
+                count=count, topics=topics, date=digest.edition_date, name=digest.subscriber.name
+            )
+            if count == 1:
+                text = text.replace("1 new papers", "1 new paper")
         return " ".join(text.split())  # never a CR/LF in a header
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
+        sections = [s for s in digest.sections if s.items]
         return {
             "digest": digest,
-            "sections": [s for s in digest.sections if s.items],
+            "sections": sections,
             "items": digest.items,
             "subscriber": digest.subscriber,
             "date": digest.edition_date,
@@ -143,20 +332,16 @@ class Renderer:
             "topics": digest.topic_titles,
             "links": links,
             "sender": self.settings.sender,
-            "show_sections": self.settings.digest.group_by_topic and len(digest.sections) > 1,
+            "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
+            "width": TEXT_WIDTH,
         }
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
         ctx = self.context(digest, links)
-        raw_html = self.html_template.render(ctx)
-        html = premailer.transform(
-            raw_html,
-            keep_style_tags=True,
-            strip_important=False,
-            disable_validation=True,
-            cssutils_logging_level=logging.CRITICAL,
-            allow_network=False,
-        )
+        if self.inlined is not None:
+            html = self.inlined.render(ctx)
+        else:
+            html = inline_css(self.html_template.render(ctx))
         text = self.text_template.render(ctx)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
 
@@ -165,4 +350,16 @@ def _date_label(d: date) -> str:
     return f"{d:%A}, {d:%B} {d.day}, {d.year}"
 
 
-__all__ = ["DigestItem", "DigestLinks", "RenderedDigest", "Renderer", "excerpt", "short_authors"]
+__all__ = [
+    "DigestItem",
+    "DigestLinks",
+    "NotInlinable",
+    "RenderedDigest",
+    "Renderer",
+    "excerpt",
+    "inline_css",
+    "inline_template_source",
+    "safe_url",
+    "short_authors",
+    "wrap",
+]

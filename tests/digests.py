@@ -1,0 +1,174 @@
+"""Realistic digests for render tests, the browser check, screenshots and bench/bench_render.py.
+
+Papers come from the golden parse results of tests/fixtures (real titles, abstracts, author
+lists; Hugging Face upvotes, comments and code links), so what is measured and looked at is what
+subscribers get. ``hostile_paper`` carries the feed text a renderer must keep as text.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from newsletter.config import Settings
+from newsletter.models import (
+    Digest,
+    DigestItem,
+    Paper,
+    Subscriber,
+    SubscriberStatus,
+    TopicSection,
+)
+from newsletter.render import DigestLinks
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
+NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
+EDITION = date(2026, 11, 22)
+FILES = (
+    "hf-daily-papers-2026-11-17-evening.json.json",
+    "hf-daily-papers-2026-11-17-morning.json.json",
+    "arxiv-rss-cs.DC-2026-11-16.xml.json",
+    "arxiv-rss-cs.LG-2026-11-16.xml.json",
+    "arxiv-rss-cs.DC-2026-11-17.xml.json",
+)
+TOPICS = ("LLM serving", "Mixture of experts", "GPU kernels")
+
+
+def papers() -> list[Paper]:
+    """Every distinct fixture paper, first the Hugging Face ones (upvotes, code links)."""
+    seen: dict[str, Paper] = {}
+    for name in FILES:
+        for raw in json.loads((GOLDEN / name).read_text())["papers"]:
+            if raw["key"] in seen:
+                continue
+            seen[raw["key"]] = paper(len(seen) + 1, raw)
+    return list(seen.values())
+
+
+def paper(pid: int, raw: dict[str, Any]) -> Paper:
+    return Paper(
+        id=pid,
+        key=raw["key"],
+        title=raw["title"],
+        abstract=raw["abstract"],
+        authors=tuple(raw["authors"]),
+        categories=tuple(raw["categories"]),
+        url=raw["url"],
+        pdf_url=raw["pdf_url"],
+        code_url=raw["code_url"],
+        version=raw["version"],
+        published=None,
+        first_seen=NOW,
+        updated=NOW,
+        sources=("fixture",),
+        upvotes=raw["upvotes"],
+        comments=raw["comments"],
+    )
+
+
+def subscriber(
+    sid: int = 1, email: str = "ada@example.org", name: str = "Ada Lovelace"
+) -> Subscriber:
+    return Subscriber(
+        id=sid,
+        email=email,
+        name=name,
+        status=SubscriberStatus.ACTIVE,
+        topics=("llm-serving", "moe", "gpu-kernels"),
+        timezone="UTC",
+        created=NOW,
+    )
+
+
+def reason(p: Paper, topic: str) -> str:
+    words = topic.lower()
+    why = f"title: *{words}*" if words.split()[0] in p.title.lower() else f"abstract: *{words}*"
+    if p.upvotes:
+        why += f"; {p.upvotes} upvotes"
+    return why
+
+
+def digest(
+    all_papers: list[Paper],
+    *,
+    per_topic: int = 4,
+    offset: int = 0,
+    sub: Subscriber | None = None,
+    topics: tuple[str, ...] = TOPICS,
+) -> Digest:
+    """A grouped digest: ``per_topic`` papers for each topic, starting at ``offset``."""
+    sections = []
+    at = offset
+    for title in topics:
+        chosen = [all_papers[(at + i) % len(all_papers)] for i in range(per_topic)]
+        at += per_topic
+        items = tuple(
+            DigestItem(p, title.lower(), 10.0 - i, reason(p, title)) for i, p in enumerate(chosen)
+        )
+        sections.append(TopicSection(title.lower().replace(" ", "-"), title, items))
+    return Digest(sub or subscriber(), EDITION, tuple(sections), topics)
+
+
+def empty_digest(sub: Subscriber | None = None) -> Digest:
+    return Digest(sub or subscriber(), EDITION, (), TOPICS[:2])
+
+
+HOSTILE_TITLE = "<script>alert(1)</script> {{ 7*7 }} <img src=x onerror=alert(2)> & \"quotes\" 'q'"
+
+
+def hostile_paper(pid: int = 9999) -> Paper:
+    return Paper(
+        id=pid,
+        key="2611.99999",
+        title=HOSTILE_TITLE,
+        abstract="{% for x in range(3) %}loop{% endfor %} <b onmouseover=alert(3)>bold</b> "
+        "</td></tr></table><h1>break out</h1> a & b < c > d. " + "word " * 80,
+        authors=("<i>Eve</i>", "{{ config }}", "Mallory \r\nBcc: x@evil.example"),
+        categories=("cs.<b>LG</b>",),
+        url="javascript:alert(4)",
+        pdf_url='https://arxiv.org/pdf/2611.99999"><script>alert(5)</script>',
+        code_url="https://github.com/x/y?a=1&b=<2>",
+        version=1,
+        published=None,
+        first_seen=NOW,
+        updated=NOW,
+        sources=("fixture",),
+        upvotes=7,
+        comments=None,
+    )
+
+
+def hostile_digest() -> Digest:
+    p = hostile_paper()
+    item = DigestItem(p, "llm", 1.0, "title: *<script>x</script>* {{ 7*7 }}")
+    return Digest(
+        subscriber(name='Eve "<x>" \r\nBcc: evil@example.org'),
+        EDITION,
+        (TopicSection("llm", "LLM <serving>", (item,)),),
+        ("LLM <serving>",),
+    )
+
+
+def links(sid: int = 1) -> DigestLinks:
+    base = "https://papers.example.org"
+    token = "eyJzIjoxLCJlIjoiYWRhQGV4YW1wbGUub3JnIn0.Z0_abcdefghijklmnopqrstuvwxyz0123456789"
+    return DigestLinks(
+        unsubscribe=f"{base}/unsubscribe/{token}{sid}",
+        manage=f"{base}/manage/{token}{sid}",
+        view=f"{base}/archive/view/{token}{sid}",
+    )
+
+
+def settings(**digest: Any) -> Settings:
+    return Settings.model_validate(
+        {
+            "sender": {
+                "from": "Trending Papers <digest@papers.example.org>",
+                "postal_address": "Trending Papers, 1 Example Street, 10115 Berlin, Germany",
+                "base_url": "https://papers.example.org",
+            },
+            "digest": digest,
+        }
+    )
