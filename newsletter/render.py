@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import jinja2
+import markupsafe
 import premailer
 
 from newsletter.config import Settings
@@ -112,6 +113,7 @@ def make_environment(templates_dir: Path | None = None) -> jinja2.Environment:
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
     env.filters["thousands"] = thousands
+    env.filters["emphasis"] = _memo(emphasis)
     return env
 
 
@@ -155,7 +157,7 @@ def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None
 
 
 _URL_OK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)
-_URL_ESCAPE = re.compile(r"[\x00-\x20\x7f-\U0010ffff]")
+_URL_ESCAPE = re.compile(r"[\x00-\x20\x7f-\U0010ffff\"<>`]")
 
 
 def safe_url(value: str | None) -> str:
@@ -163,7 +165,8 @@ def safe_url(value: str | None) -> str:
 
     ``javascript:`` and other schemes are dropped (escaping does not make them harmless).
     Spaces, control characters and non-ASCII are percent-encoded as UTF-8, exactly as
-    premailer's serializer would encode them, so both render paths give the same bytes.
+    premailer's serializer would encode them, so both render paths give the same bytes; so are
+    ``"``, ``<``, ``>`` and backticks, which never belong in a URL.
     """
     if not value:
         return ""
@@ -171,6 +174,17 @@ def safe_url(value: str | None) -> str:
     if not _URL_OK.match(url):
         return ""
     return _URL_ESCAPE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), url)
+
+
+_EMPHASIS = re.compile(r"\*([^*\s][^*]*?)\*")
+
+
+def emphasis(text: str) -> markupsafe.Markup:
+    """A reason's ``*matched phrase*`` in italics; everything else escaped first."""
+    out = markupsafe.Markup("")
+    for i, part in enumerate(_EMPHASIS.split(text)):
+        out += markupsafe.Markup("<em>%s</em>") % part if i % 2 else markupsafe.escape(part)
+    return out
 
 
 def thousands(n: int) -> str:

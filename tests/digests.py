@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+from newsletter.addresses import format_address
 from newsletter.config import Settings
+from newsletter.deliver import WIRE_POLICY, header_safe
 from newsletter.models import (
     Digest,
     DigestItem,
@@ -21,7 +25,7 @@ from newsletter.models import (
     SubscriberStatus,
     TopicSection,
 )
-from newsletter.render import DigestLinks
+from newsletter.render import DigestLinks, RenderedDigest
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
@@ -172,3 +176,40 @@ def settings(**digest: Any) -> Settings:
             "digest": digest,
         }
     )
+
+
+def email_message_bytes(
+    rendered: RenderedDigest,
+    *,
+    settings: Settings,
+    to_address: str,
+    to_name: str,
+    message_id: str,
+    links: DigestLinks,
+    now: datetime,
+) -> bytes:
+    """The message as ``build_message`` wrote it before newsletter.mime: ``EmailMessage``.
+
+    The slow reference: bench/bench_render.py times it, tests/test_mime.py compares with it.
+    """
+    sender = settings.sender
+    msg = EmailMessage()
+    msg["Subject"] = header_safe(rendered.subject)
+    msg["From"] = format_address(sender.from_name, sender.from_address)
+    msg["To"] = format_address(to_name, to_address)
+    if sender.reply_to:
+        msg["Reply-To"] = sender.reply_to
+    msg["Date"] = format_datetime(now)
+    msg["Message-ID"] = message_id
+    list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
+    msg["List-Id"] = header_safe(list_id)
+    msg["List-Unsubscribe"] = (
+        f"<{links.unsubscribe}>, <mailto:{sender.from_address}?subject=unsubscribe>"
+    )
+    msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    msg["Auto-Submitted"] = "auto-generated"
+    msg["Precedence"] = "bulk"
+    msg["X-Auto-Response-Suppress"] = "OOF, AutoReply"
+    msg.set_content(rendered.text, cte="quoted-printable")
+    msg.add_alternative(rendered.html, subtype="html", cte="quoted-printable")
+    return msg.as_bytes(policy=WIRE_POLICY)
