@@ -34,7 +34,8 @@ from newsletter.addresses import InvalidAddress
 
 MAX_LINE = 78
 """Soft limit for header lines (RFC 5322 2.1.1); the hard limit is 998 octets."""
-_ENCODED_WORD_PAYLOAD = 75 - len("=?utf-8?q??=")
+_ENCODED_WORD_PAYLOAD = 68 - len("=?utf-8?q??=")
+"""Encoded-words of at most 68 characters (RFC 2047 allows 75): "Reply-To: " + one fits in 78."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0080-\u009f\u2028\u2029]+")
 _NEEDS_ENCODING = re.compile(r"[^\x21-\x7e]|=\?")
@@ -160,7 +161,10 @@ def fold(name: str, tokens: Iterable[str], sep: str = " ") -> str:
 
 
 class QuotedPrintable:
-    """UTF-8 quoted-printable with CRLF line endings, cached line by line (bounded)."""
+    """UTF-8 quoted-printable with CRLF line endings, cached line by line (bounded).
+
+    Line breaks (LF, CRLF or a lone CR) become CRLF; the text always ends with one.
+    """
 
     def __init__(self, max_lines: int = 50_000) -> None:
         self.max_lines = max_lines
@@ -169,6 +173,8 @@ class QuotedPrintable:
     def encode(self, text: str) -> bytes:
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not text.endswith("\n"):
+            text += "\n"  # the last line ends with a line break, as email.message writes it
         cache = self._cache
         if len(cache) > self.max_lines:
             cache.clear()
@@ -236,7 +242,7 @@ class MimeWriter:
             "Precedence: bulk",
             "X-Auto-Response-Suppress: OOF, AutoReply",
             "MIME-Version: 1.0",
-            f'Content-Type: multipart/alternative; boundary="{boundary}"',
+            f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"',
         ]
         head = "\r\n".join(headers).encode("ascii")
         part = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
