@@ -9,6 +9,7 @@ turns every failure into a :class:`DeliveryError` (one message) or a :class:`Rel
 
 from __future__ import annotations
 
+import functools
 import re
 import smtplib
 import ssl
@@ -21,7 +22,7 @@ from email.utils import format_datetime, parseaddr
 from types import TracebackType
 from typing import Protocol
 
-from newsletter.config import Settings, SmtpSettings
+from newsletter.config import SenderSettings, Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.mime import DigestMessage, MimeWriter, ascii_address
 from newsletter.render import DigestLinks, RenderedDigest
@@ -67,31 +68,56 @@ def build_message(
     text then HTML, quoted-printable, CRLF. An IDN domain is written in IDNA form, in the
     envelope too; a non-ASCII local part raises :class:`~newsletter.addresses.InvalidAddress`.
     """
-    sender = settings.sender
-    reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
-    list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
-    m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
-    list_name, list_value = (m.group(1), m.group(2)) if m else ("", list_id)
+    s = _sender_fields(settings.sender)
     data = MIME_WRITER.write(
         DigestMessage(
             subject=rendered.subject,
-            from_name=sender.from_name,
-            from_address=sender.from_address,
+            from_name=s.from_name,
+            from_address=s.from_address,
             to_name=to_name,
             to_address=to_address,
-            reply_to_name=reply_name,
-            reply_to_address=reply_address or None,
+            reply_to_name=s.reply_to_name,
+            reply_to_address=s.reply_to_address,
             date=format_datetime(now),
             message_id=message_id,
-            list_id_name=list_name,
-            list_id=list_value,
+            list_id_name=s.list_id_name,
+            list_id=s.list_id,
             unsubscribe_url=links.unsubscribe,
-            unsubscribe_mailto=f"mailto:{ascii_address(sender.from_address)}?subject=unsubscribe",
+            unsubscribe_mailto=s.unsubscribe_mailto,
             text=rendered.text,
             html=rendered.html,
         )
     )
-    return Envelope(ascii_address(sender.from_address), ascii_address(to_address), data, message_id)
+    return Envelope(s.from_address, ascii_address(to_address), data, message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _SenderFields:
+    from_name: str
+    from_address: str
+    reply_to_name: str
+    reply_to_address: str | None
+    list_id_name: str
+    list_id: str
+    unsubscribe_mailto: str
+
+
+@functools.lru_cache(maxsize=16)
+def _sender_fields(sender: SenderSettings) -> _SenderFields:
+    """The sender's header fields, parsed once per settings (parsing costs ~0.1 ms a message)."""
+    reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
+    list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
+    m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
+    from_address = ascii_address(sender.from_address)
+    return _SenderFields(
+        from_name=sender.from_name,
+        from_address=from_address,
+        reply_to_name=reply_name,
+        reply_to_address=reply_address or None,
+        list_id_name=m.group(1) if m else "",
+        list_id=m.group(2) if m else list_id,
+        unsubscribe_mailto=f"mailto:{from_address}?subject=unsubscribe",
+    )
 
 
 class Mailer(Protocol):

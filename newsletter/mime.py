@@ -161,29 +161,47 @@ def fold(name: str, tokens: Iterable[str], sep: str = " ") -> str:
 
 
 class QuotedPrintable:
-    """UTF-8 quoted-printable with CRLF line endings, cached line by line (bounded).
+    """UTF-8 quoted-printable with CRLF line endings, cached by paragraph and by line (bounded).
 
-    Line breaks (LF, CRLF or a lone CR) become CRLF; the text always ends with one.
+    Quoted-printable works line by line, so a text can be cut at any line break, its parts
+    encoded separately and joined with CRLF. Parts are paragraphs (cut at blank lines: the
+    digest templates put one around each paper) and, on a miss, lines; both repeat across
+    subscribers, so most of each message is a dictionary lookup. Line breaks (LF, CRLF or a lone
+    CR) become CRLF, and the text always ends with one.
     """
 
-    def __init__(self, max_lines: int = 50_000) -> None:
-        self.max_lines = max_lines
-        self._cache: dict[str, bytes] = {}
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._paragraphs: dict[str, bytes] = {}
+        self._lines: dict[str, bytes] = {}
 
     def encode(self, text: str) -> bytes:
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         if not text.endswith("\n"):
             text += "\n"  # the last line ends with a line break, as email.message writes it
-        cache = self._cache
-        if len(cache) > self.max_lines:
+        cache = self._paragraphs
+        if len(cache) > self.max_entries:
+            cache.clear()
+        paragraphs = text.split("\n\n")
+        get = cache.get
+        out = [get(p) for p in paragraphs]
+        if None in out:
+            for i, enc in enumerate(out):
+                if enc is None:
+                    out[i] = cache[paragraphs[i]] = self._encode_lines(paragraphs[i])
+        return b"\r\n\r\n".join(out)  # type: ignore[arg-type]  # no None left
+
+    def _encode_lines(self, paragraph: str) -> bytes:
+        cache = self._lines
+        if len(cache) > self.max_entries:
             cache.clear()
         out = []
-        for line in text.split("\n"):
+        for line in paragraph.split("\n"):
             enc = cache.get(line)
             if enc is None:
-                enc = binascii.b2a_qp(line.encode("utf-8"), istext=True).replace(b"=\n", b"=\r\n")
-                cache[line] = enc
+                enc = binascii.b2a_qp(line.encode("utf-8"), istext=True)
+                enc = cache[line] = enc.replace(b"=\n", b"=\r\n")
             out.append(enc)
         return b"\r\n".join(out)
 

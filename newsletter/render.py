@@ -112,9 +112,35 @@ def make_environment(templates_dir: Path | None = None) -> jinja2.Environment:
     env.filters["excerpt"] = _memo(excerpt)
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
+    env.globals["once"] = Fragments()
     env.filters["thousands"] = thousands
     env.filters["emphasis"] = _memo(emphasis)
     return env
+
+
+class Fragments:
+    """``{% call once(key...) %}body{% endcall %}``: the body rendered once per key, then reused.
+
+    The digest templates wrap each paper's card in it (keyed by the ``Paper`` itself, so a
+    changed paper is a new key): the card is rendered for the first subscriber who gets the
+    paper and copied for the others. Only what depends on the key may be inside; the reason,
+    which differs per subscriber, stays outside. Bounded: cleared when full.
+    """
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._cache: dict[tuple[object, ...], str] = {}
+
+    def __call__(self, *key: object, caller: Callable[[], str]) -> str:
+        try:
+            hit = self._cache.get(key)
+        except TypeError:  # an unhashable key: no caching
+            return caller()
+        if hit is None:
+            if len(self._cache) >= self.size:
+                self._cache.clear()
+            hit = self._cache[key] = caller()
+        return hit
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
