@@ -502,7 +502,10 @@ def print_send_report(report: Any) -> None:
 )
 @click.pass_obj
 def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
-    """Render what a subscriber would get today, without sending or recording anything."""
+    """Render what a subscriber would get today, without sending or recording anything.
+
+    The file holds exactly the HTML part that 'newsletter send' would send (CSS inlined).
+    """
     from newsletter.edition import EditionBuilder, edition_date_for
 
     with errors():
@@ -523,6 +526,12 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
             text_out.write_text(rendered.text, encoding="utf-8")
     console.print(f"Subject: {rendered.subject}", highlight=False)
     console.print(f"Wrote {out} ({len(digest.items)} papers).")
+    if digest.is_empty and obj.config.settings.digest.empty == "skip":
+        console.print(
+            "Nothing new in these topics today: with digest.empty: skip this edition is not "
+            "sent (the file shows the 'nothing new' note that digest.empty: send would send).",
+            highlight=False,
+        )
 
 
 @cli.command("rank")
