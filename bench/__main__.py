@@ -7,6 +7,7 @@ machine description and every saved section, so running one benchmark keeps the 
 
     python -m bench            # all
     python -m bench rank       # only bench_rank.py
+    python -m bench render     # digest rendering + MIME per subscriber (bench_render.py)
     python -m bench --quick    # smaller sizes, for a smoke test
 """
 

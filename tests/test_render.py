@@ -211,6 +211,8 @@ def test_the_text_part_has_the_same_content_wrapped_for_a_terminal(
         assert " ".join(p.title.split()) in flat
         assert excerpt(p.abstract) in flat
         assert item.reason in flat
+        if p.upvotes:
+            assert f"\n    \u25b2 {p.upvotes:,} upvote" in text  # indented like the card
         assert f"Abstract {p.url}" in flat
         if p.pdf_url:
             assert f"PDF {p.pdf_url}" in flat
