@@ -278,6 +278,18 @@ _COMPOSES = re.compile(r"\{%-?\s*(include|extends|import|from)\b")
 _START_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
 
 
+_RAW_TEXT = re.compile(r"<(/?)(title|style|script|textarea)\b", re.IGNORECASE)
+
+
+def _in_tag_or_raw_text(html: str, at: int) -> bool:
+    """Whether position ``at`` is inside a tag, or inside ``<title>``/``<style>``/... text,
+    where an HTML comment would not be a comment."""
+    if html.rfind("<", 0, at) > html.rfind(">", 0, at):
+        return True
+    opened = [m for m in _RAW_TEXT.finditer(html, 0, at)]
+    return bool(opened) and opened[-1].group(1) == ""
+
+
 class NotInlinable(Exception):
     """A template whose CSS cannot be inlined once; the reason says why."""
 
@@ -307,8 +319,8 @@ def inline_template_source(source: str) -> str:
         at = m.end()
         tags.append(m.group())
         mark = f"{_MARK}{len(tags) - 1}q9xJ"
-        in_tag = blank.rfind("<", 0, m.start()) > blank.rfind(">", 0, m.start())
-        out.append(mark if m.group().startswith("{{") or in_tag else f"<!--{mark}-->")
+        bare = m.group().startswith("{{") or _in_tag_or_raw_text(blank, m.start())
+        out.append(mark if bare else f"<!--{mark}-->")
     out.append(source[at:])
     protected = "".join(out)
     if m := _DATA_ATTR.search(protected):
@@ -316,9 +328,9 @@ def inline_template_source(source: str) -> str:
             f"its {m.group(1)} attribute is built from data; styles would be lost (keep it static)"
         )
     inlined = inline_css(protected)
-    found = [int(a or b) for a, b in _PLACEHOLDER.findall(inlined)]
-    if found != list(range(len(tags))):
-        raise NotInlinable("the HTML parser moved or dropped some Jinja tags")
+    found = [m.group() for m in _PLACEHOLDER.finditer(inlined)]
+    if found != [m.group() for m in _PLACEHOLDER.finditer(protected)]:
+        raise NotInlinable("the HTML parser moved, dropped or rewrote some Jinja tags")
     if _START_TAG.findall(_PLACEHOLDER.sub("", protected)) != _START_TAG.findall(
         _PLACEHOLDER.sub("", inlined)
     ):

@@ -310,7 +310,8 @@ def test_templates_that_cannot_be_inlined_once_say_why(source: str, why: str) ->
 
 def test_block_tags_in_head_and_between_rows_stay_in_place() -> None:
     source = (
-        "<html><head>{% if a %}<meta name='x' content='{{ a }}'>{% endif %}"
+        "<html><head><title>{% if a %}A{% else %}B{% endif %}</title>"
+        "{% if a %}<meta name='x' content='{{ a }}'>{% endif %}"
         "<style>td.c { color: red; }</style></head><body><table>"
         "{% for r in rows %}<tr><td class='c'>{{ r }}</td></tr>{% endfor %}</table></body></html>"
     )
@@ -318,3 +319,4 @@ def test_block_tags_in_head_and_between_rows_stay_in_place() -> None:
     assert '<td class="c" style="color:red">{{ r }}</td>' in inlined
     assert inlined.index("{% if a %}") < inlined.index("<style>")
     assert inlined.index("{% for r in rows %}") < inlined.index("<tr>")
+    assert "<title>{% if a %}A{% else %}B{% endif %}</title>" in inlined
