@@ -14,9 +14,11 @@ from data, or pulls in other templates (``include``, ``extends``, ``import``), c
 once: the renderer then logs a warning naming the template and falls back to premailer per
 message (correct, slow). ``tests/test_render.py`` proves that both paths give the same HTML.
 
-Per-paper work (abstract excerpt, short author list, wrapped text blocks, cleaned links) is
-memoized per renderer, so it is done once per paper per run whatever the number of subscribers;
-the per-subscriber reason is never cached with it.
+Per-paper work is done once per paper per run, whatever the number of subscribers: each
+paper's card (HTML) and text block are rendered once (``{% call once(paper, ...) %}`` in the
+templates) and the excerpt, author list, wrapping and link cleaning are memoized; the reason,
+which differs per subscriber, is rendered per message. The inlined template writes non-ASCII
+characters as references, so the HTML is ASCII (several times faster to join, hash and encode).
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
@@ -363,9 +365,9 @@ class Renderer:
         self.inlined: jinja2.Template | None = None
         """The HTML template with its CSS inlined, or ``None`` (premailer per message)."""
         if inline_once:
-            self.inlined = self._inline_once(self.html_template)
+            self.inlined = self._inline_once()
 
-    def _inline_once(self, template: jinja2.Template) -> jinja2.Template | None:
+    def _inline_once(self) -> jinja2.Template | None:
         assert self.env.loader is not None
         source, filename, _ = self.env.loader.get_source(self.env, "digest.html")
         try:
