@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html as htmllib
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -320,3 +321,23 @@ def test_block_tags_in_head_and_between_rows_stay_in_place() -> None:
     assert inlined.index("{% if a %}") < inlined.index("<style>")
     assert inlined.index("{% for r in rows %}") < inlined.index("<tr>")
     assert "<title>{% if a %}A{% else %}B{% endif %}</title>" in inlined
+
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
+
+
+@pytest.mark.parametrize(
+    ("name", "digest"),
+    [
+        ("digest-12-papers.txt", D.digest(PAPERS, per_topic=4)),
+        ("digest-empty.txt", D.empty_digest()),
+    ],
+)
+def test_golden_text_part(renderers: tuple[Renderer, Renderer], name: str, digest: Digest) -> None:
+    """The text part of a fixture digest, byte for byte. After an intended change to
+    templates/digest.txt, regenerate with ``UPDATE_GOLDEN=1 pytest tests/test_render.py``."""
+    text = renderers[0].render(digest, D.links()).text
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert text == path.read_text(encoding="utf-8")
