@@ -6,7 +6,9 @@ import re
 from email.header import decode_header, make_header
 from pathlib import Path
 
-from tests.conftest import SmtpServer
+import pytest
+
+from tests.conftest import SmtpServer, base_config, write_config
 from tests.test_cli_e2e import config_path, run, text_and_html
 
 __all__ = ["config_path"]
@@ -48,3 +50,34 @@ def test_preview_writes_exactly_the_html_that_is_sent(
     assert unsigned(text.replace("\r\n", "\n")) == unsigned(text_out.read_text(encoding="utf-8"))
     subject = str(make_header(decode_header(mail["Subject"])))
     assert f"Subject: {subject}" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("policy", ["skip", "send"])
+def test_an_empty_edition_follows_the_config_policy(
+    tmp_path: Path, db_url: str, smtp_server: SmtpServer, policy: str
+) -> None:
+    data = base_config(
+        db_url,
+        smtp_server,
+        digest={"empty": policy},
+        subscribers=[{"email": "q@example.org", "topics": ["teleport"]}],
+    )
+    data["topics"].append(
+        {"name": "teleport", "title": "Quantum teleportation", "keywords": ["teleportation"]}
+    )
+    config = write_config(tmp_path, data)
+    run(config, "db", "upgrade")
+    run(config, "fetch")
+    sent = run(config, "send", "--now")
+    assert sent.exit_code == 0, sent.output
+    mails = smtp_server.messages_to("q@example.org")
+    if policy == "skip":
+        assert mails == []
+        return
+    [mail] = mails
+    subject = str(make_header(decode_header(mail["Subject"])))
+    assert subject.startswith("Nothing new in Quantum teleportation · ")
+    text, html = text_and_html(mail)
+    assert "Nothing new matched your topics today" in text
+    assert "Nothing new matched your topics today" in html
+    assert "/unsubscribe/" in text and "1 Test Street, Testville" in html
