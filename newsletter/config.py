@@ -345,6 +345,13 @@ class SubscriberSeed(_Strict):
     def _email(cls, value: str) -> str:
         return _check_address(value)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from newsletter.addresses import normalize_name
+
+        return normalize_name(value)
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str | None) -> str | None:

@@ -21,7 +21,7 @@ from email.utils import format_datetime
 from types import TracebackType
 from typing import Protocol
 
-from newsletter.addresses import format_address
+from newsletter.addresses import InvalidAddress, envelope_address, format_address
 from newsletter.config import Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.render import DigestLinks, RenderedDigest
@@ -144,9 +144,22 @@ class SmtpMailer:
         if self._conn is None:
             self._conn = self.connect()
         try:
-            refused = self._conn.sendmail(envelope.sender, [envelope.recipient], envelope.data)
+            recipient, utf8 = envelope_address(envelope.recipient)
+            refused = self._conn.sendmail(
+                envelope.sender, [recipient], envelope.data, ["SMTPUTF8"] if utf8 else []
+            )
+        except smtplib.SMTPNotSupportedError as e:
+            raise DeliveryError(
+                envelope.recipient,
+                "the relay does not support SMTPUTF8, needed for this address's non-ASCII "
+                "local part",
+                code=None,
+                temporary=False,
+            ) from e
+        except InvalidAddress as e:
+            raise DeliveryError(envelope.recipient, str(e), code=None, temporary=False) from e
         except smtplib.SMTPRecipientsRefused as e:
-            code, resp = e.recipients[envelope.recipient]
+            code, resp = next(iter(e.recipients.values()))
             raise DeliveryError(
                 envelope.recipient,
                 f"{code} {_reply_text(resp)}",
