@@ -28,8 +28,50 @@ class InvalidAddress(SubscriberError, ValueError):
     """An address that cannot be used."""
 
 
+MAX_NAME = 200
+"""Longest display name accepted; longer ones are refused rather than cut silently."""
+
+
+def normalize_name(value: str) -> str:
+    """A display name as it will appear in ``To:``: one line, spaces collapsed.
+
+    Raises :class:`InvalidAddress` for line breaks or other control characters (a header
+    injection attempt or a pasting accident) and for names over :data:`MAX_NAME` characters.
+    Any other Unicode is fine: it is RFC 2047-encoded in headers.
+    """
+    if any(not c.isprintable() and c not in " \t" for c in value):
+        raise InvalidAddress(
+            f"name {value!r}: a display name cannot contain line breaks or control characters"
+        )
+    name = " ".join(value.split())
+    if len(name) > MAX_NAME:
+        raise InvalidAddress(
+            f"name {name[:40]!r}...: a display name is at most {MAX_NAME} characters "
+            f"(this one has {len(name)})"
+        )
+    return name
+
+
+def envelope_address(address: str) -> tuple[str, bool]:
+    """The address as an SMTP envelope carries it, and whether that needs SMTPUTF8.
+
+    An internationalized domain goes out in its ASCII (IDNA, ``xn--``) form, which every relay
+    accepts; only a non-ASCII local part needs the relay's SMTPUTF8 extension (RFC 6531).
+    """
+    if address.isascii():
+        return address, False
+    try:
+        result = validate_email(address, check_deliverability=False)
+    except EmailNotValidError as e:
+        raise InvalidAddress(f"{address!r} is not a valid email address: {e}") from e
+    if result.ascii_email:
+        return str(result.ascii_email), False
+    return f"{result.local_part}@{result.ascii_domain}", True
+
+
 def format_address(name: str, address: str) -> str:
     """``Name <addr>`` with the display name encoded per RFC 2047 when needed; CR/LF removed."""
     clean = " ".join(name.split())
-    local, _, domain = address.rpartition("@")
+    # An encoded-word is not allowed inside an address: an IDN domain goes in its xn-- form.
+    local, _, domain = envelope_address(address)[0].rpartition("@")
     return str(Address(display_name=clean, username=local, domain=domain))

@@ -16,6 +16,7 @@ from email.utils import format_datetime
 from newsletter.config import Config
 from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, make_message_id
 from newsletter.errors import NewsletterError
+from newsletter.signing import DkimSigner, maybe_sign
 
 log = logging.getLogger("newsletter.alerts")
 
@@ -48,7 +49,7 @@ def alert(
     )
     mailer = (mailer_factory or (lambda: SmtpMailer(config.settings.smtp)))()
     try:
-        mailer.send(envelope)
+        mailer.send(maybe_sign(DkimSigner.from_config(config), envelope))
         return True
     except NewsletterError as e:
         log.error("could not mail the alert to %s: %s", to, e)

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from newsletter import __version__
-from newsletter.addresses import InvalidAddress, normalize_address
+from newsletter.addresses import InvalidAddress, normalize_address, normalize_name
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import NewsletterError
@@ -625,6 +625,10 @@ def subscribers_add(
     with errors():
         config = obj.config
         address = _address(email)
+        try:
+            name = normalize_name(name)
+        except InvalidAddress as e:
+            fail(str(e))
         names = [t.name for t in config.settings.topics]
         if not topics:
             fail(
@@ -828,10 +832,12 @@ def subscribers_import(
             reader = csv.DictReader(f)
             if reader.fieldnames is None or "email" not in reader.fieldnames:
                 fail(f"{csv_file}: the first row must be a header with an 'email' column")
+            end = reader.line_num
             for row in reader:
-                line = reader.line_num
+                line, end = end + 1, reader.line_num  # a quoted field may span lines: its first
                 try:
                     address = parse_address(row.get("email") or "")
+                    name = normalize_name(row.get("name") or "")
                     raw = (row.get("topics") or "").replace(";", " ").split()
                     hour = (row.get("send_hour") or "").strip()
                     choices = service.choices(
@@ -840,7 +846,7 @@ def subscribers_import(
                         int(hour) if hour.isdigit() else None,
                         (row.get("frequency") or "daily").strip() or "daily",
                     )
-                except InvalidRequest as e:
+                except (InvalidRequest, InvalidAddress) as e:
                     problems.append(f"{csv_file}:{line}: {e}")
                     continue
                 if store.get_subscriber(address) is not None:
@@ -851,7 +857,7 @@ def subscribers_import(
                     continue
                 store.confirm_subscriber(
                     address,
-                    name=(row.get("name") or "").strip(),
+                    name=name,
                     topics=choices.topics,
                     timezone=choices.timezone,
                     send_hour=choices.send_hour,

@@ -345,6 +345,13 @@ class SubscriberSeed(_Strict):
     def _email(cls, value: str) -> str:
         return _check_address(value)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from newsletter.addresses import normalize_name
+
+        return normalize_name(value)
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, value: str | None) -> str | None:
@@ -472,6 +479,52 @@ class AlertSettings(_Strict):
         return None if value is None else _check_address(value)
 
 
+DKIM_HEADERS = (
+    "From",
+    "To",
+    "Subject",
+    "Date",
+    "Message-ID",
+    "Reply-To",
+    "List-Id",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
+    "MIME-Version",
+    "Content-Type",
+)
+
+
+class DkimSettings(_Strict):
+    """DKIM signing of every message sent (digests, confirmations, alerts)."""
+
+    selector: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    """The selector: the public key is published as TXT at ``SELECTOR._domainkey.DOMAIN``."""
+    domain: str | None = None
+    """Signing domain (``d=``); defaults to the sender's domain."""
+    private_key_file: str | None = None
+    """PEM private key (RSA), relative to this config file."""
+    private_key_env: str = "NEWSLETTER_DKIM_KEY"
+    """Environment variable holding the PEM key; it wins over ``private_key_file``."""
+    headers: list[str] = Field(default_factory=lambda: list(DKIM_HEADERS))
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[^\s@/]+\.[^\s@/]+$", value):
+            raise ValueError(f"{value!r} is not a domain name")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: list[str]) -> list[str]:
+        if not any(h.lower() == "from" for h in value):
+            raise ValueError("DKIM must sign the From header (RFC 6376 5.4)")
+        for h in value:
+            if not re.match(r"^[!-9;-~]+$", h):
+                raise ValueError(f"{h!r} is not a header name")
+        return value
+
+
 class Settings(_Strict):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sender: SenderSettings = Field(default_factory=SenderSettings)
@@ -485,6 +538,7 @@ class Settings(_Strict):
     web: WebSettings = Field(default_factory=WebSettings)
     inbound: InboundSettings = Field(default_factory=InboundSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    dkim: DkimSettings | None = None
 
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:

@@ -22,9 +22,10 @@ from email.utils import format_datetime, parseaddr
 from types import TracebackType
 from typing import Protocol
 
+from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import SenderSettings, Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.mime import DigestMessage, MimeWriter, ascii_address
+from newsletter.mime import DigestMessage, MimeWriter, header_address
 from newsletter.render import DigestLinks, RenderedDigest
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
@@ -65,8 +66,8 @@ def build_message(
     Headers: Subject, From, To, Reply-To (when set), Date, Message-ID, List-Id, List-Unsubscribe
     (HTTPS + mailto) with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058),
     Auto-Submitted, Precedence: bulk, X-Auto-Response-Suppress. Body: multipart/alternative,
-    text then HTML, quoted-printable, CRLF. An IDN domain is written in IDNA form, in the
-    envelope too; a non-ASCII local part raises :class:`~newsletter.addresses.InvalidAddress`.
+    text then HTML, quoted-printable, CRLF. An IDN domain is written in its IDNA form; a
+    non-ASCII local part is written as UTF-8 (RFC 6532) and the mailer sends it with SMTPUTF8.
     """
     s = _sender_fields(settings.sender)
     data = MIME_WRITER.write(
@@ -88,7 +89,8 @@ def build_message(
             html=rendered.html,
         )
     )
-    return Envelope(s.from_address, ascii_address(to_address), data, message_id)
+    # The recipient as stored: the mailer turns it into its envelope form (IDNA, SMTPUTF8).
+    return Envelope(s.from_address, to_address, data, message_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ def _sender_fields(sender: SenderSettings) -> _SenderFields:
     reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
     list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
     m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
-    from_address = ascii_address(sender.from_address)
+    from_address = header_address(sender.from_address)
     return _SenderFields(
         from_name=sender.from_name,
         from_address=from_address,
@@ -182,9 +184,22 @@ class SmtpMailer:
         if self._conn is None:
             self._conn = self.connect()
         try:
-            refused = self._conn.sendmail(envelope.sender, [envelope.recipient], envelope.data)
+            recipient, utf8 = envelope_address(envelope.recipient)
+            refused = self._conn.sendmail(
+                envelope.sender, [recipient], envelope.data, ["SMTPUTF8"] if utf8 else []
+            )
+        except smtplib.SMTPNotSupportedError as e:
+            raise DeliveryError(
+                envelope.recipient,
+                "the relay does not support SMTPUTF8, needed for this address's non-ASCII "
+                "local part",
+                code=None,
+                temporary=False,
+            ) from e
+        except InvalidAddress as e:
+            raise DeliveryError(envelope.recipient, str(e), code=None, temporary=False) from e
         except smtplib.SMTPRecipientsRefused as e:
-            code, resp = e.recipients[envelope.recipient]
+            code, resp = next(iter(e.recipients.values()))
             raise DeliveryError(
                 envelope.recipient,
                 f"{code} {_reply_text(resp)}",

@@ -30,6 +30,7 @@ from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import Digest, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
+from newsletter.signing import DkimSigner, maybe_sign
 from newsletter.store import Store
 from newsletter.tokens import Purpose, Tokens
 
@@ -100,6 +101,7 @@ class EditionBuilder:
         self.ranker = Ranker(self.settings.topics, self.papers, now)
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = Tokens(config.secret_key())
+        self.signer = DkimSigner.from_config(config)
 
     def digest(
         self,
@@ -139,7 +141,7 @@ class EditionBuilder:
         self, digest: Digest, rendered: RenderedDigest, links: DigestLinks, message_id: str
     ) -> Envelope:
         to = self.settings.smtp.dev_recipient or digest.subscriber.email
-        return build_message(
+        envelope = build_message(
             rendered,
             settings=self.settings,
             to_address=to,
@@ -148,6 +150,7 @@ class EditionBuilder:
             links=links,
             now=self.now,
         )
+        return maybe_sign(self.signer, envelope)
 
 
 def _batches(store: Store, to: str | None) -> Iterator[list[Subscriber]]:

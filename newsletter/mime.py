@@ -3,15 +3,17 @@
 ``email.message.EmailMessage`` + ``as_bytes`` costs ~2.5-3.5 ms per 40 KB digest; this module
 writes the same message in ~0.1 ms. It is small because a digest is always the same shape:
 
-- **Headers** are 7-bit. Text that is not plain printable ASCII (a subject with "·", a display
-  name "Zoë") becomes RFC 2047 encoded-words (``=?utf-8?q?...?=``, at most 75 characters each);
-  ASCII display names with specials are quoted (``"Doe, Jane"``); lines are folded at 78
-  characters where there is a space (a long URL stays whole: lines are at most 998 octets).
+- **Headers** are 7-bit. Words that are not plain printable ASCII (a subject with "·", a display
+  name "Zoë") become RFC 2047 encoded-words (``=?utf-8?q?...?=``, or ``?b?`` when shorter; at
+  most 68 characters each), the other words stay readable; ASCII display names with specials
+  are quoted (``"Doe, Jane"``); lines are folded at 78 characters where there is a space (a long
+  URL stays whole: lines are at most 998 octets).
   CR, LF and other control characters from data never reach a header: they become spaces.
 - **Addresses**: an internationalized domain (``bücher.example``) is written in its IDNA
-  (punycode) form, ``xn--bcher-kva.example``, in the header and in the envelope, so any relay
-  takes it without SMTPUTF8. A non-ASCII *local part* cannot be written without SMTPUTF8, which
-  this path does not use: :class:`~newsletter.addresses.InvalidAddress` names the address.
+  (punycode) form, ``xn--bcher-kva.example``, so any relay takes it without SMTPUTF8. A
+  non-ASCII *local part* has no ASCII form: it is written as UTF-8 (RFC 6532), and the mailer
+  sends that message with SMTPUTF8 (or records why it could not), as
+  :func:`newsletter.addresses.envelope_address` decides.
 - **Bodies** are UTF-8, quoted-printable, CRLF line endings, lines at most 76 characters. The
   encoding is done line by line with a bounded cache: the lines of a digest repeat across
   subscribers (the template's lines with their inlined CSS, each paper's title and abstract), so
@@ -22,19 +24,18 @@ writes the same message in ~0.1 ms. It is small because a digest is always the s
 
 from __future__ import annotations
 
+import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import idna
-
-from newsletter.addresses import InvalidAddress
+from newsletter.addresses import InvalidAddress, envelope_address
 
 MAX_LINE = 78
 """Soft limit for header lines (RFC 5322 2.1.1); the hard limit is 998 octets."""
-_ENCODED_WORD_PAYLOAD = 68 - len("=?utf-8?q??=")
+_ENCODED_WORD_MAX = 68
 """Encoded-words of at most 68 characters (RFC 2047 allows 75): "Reply-To: " + one fits in 78."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0080-\u009f\u2028\u2029]+")
@@ -65,79 +66,117 @@ def _q_char(ch: str) -> str:
     return "".join(out)
 
 
+def _b_length(text: str) -> int:
+    return 4 * ((len(text.encode("utf-8")) + 2) // 3)
+
+
+def _encode(text: str) -> str:
+    """One encoded-word: Q (readable) unless base64 is much shorter (CJK, for instance)."""
+    q = "".join(_q_char(ch) for ch in text)
+    if len(q) <= _b_length(text) * 1.3 + 8:
+        return f"=?utf-8?q?{q}?="
+    return f"=?utf-8?b?{base64.b64encode(text.encode('utf-8')).decode('ascii')}?="
+
+
+def _fits(text: str) -> bool:
+    return len(_encode(text)) <= _ENCODED_WORD_MAX
+
+
 def encoded_words(text: str) -> list[str]:
-    """``text`` as Q encoded-words of at most 75 characters, never splitting a character."""
+    """``text`` as encoded-words of at most 68 characters each.
+
+    Split at spaces where possible (a word longer than one encoded-word is split between
+    characters, never inside one). The space at a split stays inside the first word: RFC 2047
+    decoders drop the whitespace *between* adjacent encoded-words.
+    """
+    if _fits(text):
+        return [_encode(text)]
     words: list[str] = []
     chunk = ""
-    for ch in text:
-        q = _q_char(ch)
-        if len(chunk) + len(q) > _ENCODED_WORD_PAYLOAD:
-            words.append(f"=?utf-8?q?{chunk}?=")
+    for piece in re.findall(r"\S+\s*|\s+", text):
+        if _fits(chunk + piece):
+            chunk += piece
+            continue
+        if chunk:
+            words.append(_encode(chunk))
             chunk = ""
-        chunk += q
-    if chunk or not words:
-        words.append(f"=?utf-8?q?{chunk}?=")
+        if _fits(piece):
+            chunk = piece
+            continue
+        for ch in piece:  # one word longer than an encoded-word: split between characters
+            if not _fits(chunk + ch):
+                words.append(_encode(chunk))
+                chunk = ""
+            chunk += ch
+    if chunk:
+        words.append(_encode(chunk))
     return words
 
 
-def unstructured(text: str) -> list[str]:
-    """Header tokens for free text (Subject): plain ASCII words stay readable, the rest encoded.
+def _tokens(text: str, plain: Callable[[str], str]) -> list[str]:
+    """Words that need no encoding as ``plain(word)``; runs of the others as encoded-words.
 
-    Consecutive words that need encoding are encoded together, spaces included, because the
-    whitespace between two adjacent encoded-words disappears when they are decoded.
+    Words that need encoding are encoded together with the spaces between them, so two
+    encoded-words are adjacent only when a run is too long for one (RFC 2047 decoders drop
+    whitespace between adjacent encoded-words; Python's address parser keeps it).
     """
     tokens: list[str] = []
     run: list[str] = []
-    for word in one_line(text).split(" "):
+    for word in text.split(" "):
         if _NEEDS_ENCODING.search(word) or len(word) > MAX_LINE - 20:
             run.append(word)
             continue
         if run:
             tokens.extend(encoded_words(" ".join(run)))
             run = []
-        tokens.append(word)
+        tokens.append(plain(word))
     if run:
         tokens.extend(encoded_words(" ".join(run)))
     return tokens
 
 
+def unstructured(text: str) -> list[str]:
+    """Header tokens for free text (Subject): plain ASCII words stay readable, the rest encoded."""
+    return _tokens(one_line(text), lambda word: word)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def phrase(name: str) -> list[str]:
-    """A display name: an atom, a quoted string, or encoded-words (non-ASCII or very long)."""
+    """A display name: atoms, quoted strings and encoded-words, foldable between them.
+
+    An ASCII name is one quoted string when it has specials (``"Doe, Jane"``); otherwise each
+    word is an atom, a quoted string (``"Ph.D."``) or, for non-ASCII words, part of an
+    encoded-word, so that every decoder reads the spaces between words the same way.
+    """
     name = one_line(name)
     if not name:
         return []
-    if _NEEDS_ENCODING.search(name.replace(" ", "")) or len(name) > MAX_LINE - 30:
-        return encoded_words(name)
-    if _SPECIALS.search(name):
-        quoted = name.replace("\\", "\\\\").replace('"', '\\"')
-        return [f'"{quoted}"']
-    return name.split(" ")
+    if not _NEEDS_ENCODING.search(name.replace(" ", "")) and len(name) <= MAX_LINE - 30:
+        return [_quoted(name)] if _SPECIALS.search(name) else name.split(" ")
+    return _tokens(name, lambda word: _quoted(word) if _SPECIALS.search(word) else word)
 
 
-def ascii_address(address: str) -> str:
-    """``local@domain`` with an IDN domain in its IDNA form; refuses a non-ASCII local part."""
+def header_address(address: str) -> str:
+    """``local@domain`` as a header carries it: an IDN domain in its IDNA (``xn--``) form.
+
+    A non-ASCII local part stays as it is (UTF-8, RFC 6532): such a message can only travel
+    with SMTPUTF8, which the mailer asks for (see :func:`newsletter.addresses.envelope_address`).
+    """
     address = one_line(address).replace(" ", "")
-    local, at, domain = address.rpartition("@")
-    if not at or not local or not domain:
+    if "@" not in address:
         raise InvalidAddress(f"{address!r} is not an address like name@example.org")
-    if not local.isascii():
-        raise InvalidAddress(
-            f"{address}: a non-ASCII local part needs SMTPUTF8, which digests are not sent with; "
-            "ask the subscriber for an ASCII address"
-        )
-    if not domain.isascii():
-        try:
-            domain = idna.encode(domain, uts46=True).decode("ascii")
-        except idna.IDNAError as e:
-            raise InvalidAddress(f"{address}: the domain is not a valid IDN: {e}") from e
-    if any(c in local + domain for c in '<>"(),;:\\[]'):
+    result, _ = envelope_address(address)
+    if any(c in result for c in '<>"(),;:\\[]'):
         raise InvalidAddress(f"{address}: characters that cannot appear in an address")
-    return f"{local}@{domain}"
+    return result
 
 
 def mailbox(name: str, address: str) -> list[str]:
     """Tokens for ``Name <local@domain>``, or just the angle address when there is no name."""
-    return [*phrase(name), f"<{ascii_address(address)}>"]
+    return [*phrase(name), f"<{header_address(address)}>"]
 
 
 def fold(name: str, tokens: Iterable[str], sep: str = " ") -> str:
@@ -262,7 +301,7 @@ class MimeWriter:
             "MIME-Version: 1.0",
             f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"',
         ]
-        head = "\r\n".join(headers).encode("ascii")
+        head = "\r\n".join(headers).encode("utf-8")  # ASCII but for a UTF-8 local part
         part = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
         sep = f"\r\n--{boundary}\r\n".encode("ascii")
         return b"".join(
@@ -296,9 +335,9 @@ __all__ = [
     "DigestMessage",
     "MimeWriter",
     "QuotedPrintable",
-    "ascii_address",
     "encoded_words",
     "fold",
+    "header_address",
     "one_line",
     "phrase",
     "unstructured",

@@ -33,6 +33,7 @@ from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, header_safe,
 from newsletter.errors import SubscriberError
 from newsletter.models import Frequency, Subscriber, SubscriberStatus
 from newsletter.render import make_environment
+from newsletter.signing import DkimSigner, maybe_sign
 from newsletter.store import Store
 from newsletter.tokens import Purpose, TokenError, Tokens
 
@@ -149,6 +150,7 @@ class Subscriptions:
         self.secret = config.secret_key()
         self.tokens = Tokens(self.secret, now)
         self.env = make_environment(config.templates_dir())
+        self.signer = DkimSigner.from_config(config)
 
     # ------------------------------------------------------------ validation
 
@@ -424,7 +426,8 @@ class Subscriptions:
         msg.set_content(body, cte="quoted-printable")
         recipient = self.settings.smtp.dev_recipient or to
         data = msg.as_bytes(policy=policy.SMTP)
-        return Envelope(sender.from_address, recipient, data, str(msg["Message-ID"]))
+        envelope = Envelope(sender.from_address, recipient, data, str(msg["Message-ID"]))
+        return maybe_sign(self.signer, envelope)
 
     def _send(
         self, to: str, subject: str, template: str, context: dict[str, Any], *, reply: bool
