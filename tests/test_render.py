@@ -341,3 +341,25 @@ def test_golden_text_part(renderers: tuple[Renderer, Renderer], name: str, diges
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
     assert text == path.read_text(encoding="utf-8")
+
+
+def test_a_changed_paper_is_rendered_anew_not_from_the_cache(
+    renderers: tuple[Renderer, Renderer],
+) -> None:
+    from dataclasses import replace
+
+    fast = renderers[0]
+    paper = PAPERS[3]
+
+    def one(p: object) -> Digest:
+        item = DigestItem(p, "t", 1.0, "title: *x*")  # type: ignore[arg-type]
+        return Digest(D.subscriber(), D.EDITION, (TopicSection("t", "T", (item,)),), ("T",))
+
+    before = fast.render(one(paper), D.links())
+    v2 = replace(paper, title="A replaced title (v2)", upvotes=(paper.upvotes or 0) + 100)
+    after = fast.render(one(v2), D.links())
+    assert "A replaced title (v2)" in after.html and "A replaced title (v2)" in after.text
+    assert f"{(paper.upvotes or 0) + 100:,} upvotes" in after.text
+    assert "A replaced title (v2)" not in before.html
+    again = fast.render(one(paper), D.links())
+    assert again.html == before.html and again.text == before.text
