@@ -12,7 +12,7 @@ import lxml.html
 import premailer
 import pytest
 
-from newsletter.models import Digest, DigestItem, TopicSection
+from newsletter.models import Digest, DigestItem, Paper, TopicSection
 from newsletter.render import (
     TEXT_WIDTH,
     NotInlinable,
@@ -351,8 +351,8 @@ def test_a_changed_paper_is_rendered_anew_not_from_the_cache(
     fast = renderers[0]
     paper = PAPERS[3]
 
-    def one(p: object) -> Digest:
-        item = DigestItem(p, "t", 1.0, "title: *x*")  # type: ignore[arg-type]
+    def one(p: Paper) -> Digest:
+        item = DigestItem(p, "t", 1.0, "title: *x*")
         return Digest(D.subscriber(), D.EDITION, (TopicSection("t", "T", (item,)),), ("T",))
 
     before = fast.render(one(paper), D.links())
