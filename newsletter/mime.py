@@ -209,8 +209,12 @@ class QuotedPrintable:
     CR) become CRLF, and the text always ends with one.
     """
 
-    def __init__(self, max_entries: int = 50_000) -> None:
-        self.max_entries = max_entries
+    def __init__(self, max_paragraphs: int = 4096, max_lines: int = 16384) -> None:
+        # Bounded (a few MB at most): each subscriber brings a few paragraphs of their own (the
+        # ones with their links), so the caches fill up and are cleared every thousand messages
+        # or so; what repeats is encoded again once after that.
+        self.max_paragraphs = max_paragraphs
+        self.max_lines = max_lines
         self._paragraphs: dict[str, bytes] = {}
         self._lines: dict[str, bytes] = {}
 
@@ -220,7 +224,7 @@ class QuotedPrintable:
         if not text.endswith("\n"):
             text += "\n"  # the last line ends with a line break, as email.message writes it
         cache = self._paragraphs
-        if len(cache) > self.max_entries:
+        if len(cache) > self.max_paragraphs:
             cache.clear()
         paragraphs = text.split("\n\n")
         get = cache.get
@@ -233,7 +237,7 @@ class QuotedPrintable:
 
     def _encode_lines(self, paragraph: str) -> bytes:
         cache = self._lines
-        if len(cache) > self.max_entries:
+        if len(cache) > self.max_lines:
             cache.clear()
         out = []
         for line in paragraph.split("\n"):

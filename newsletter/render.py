@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 TEXT_WIDTH = 76
 """The text part is wrapped at this width (a URL longer than a line stays whole)."""
 
-CACHE_SIZE = 8192
-"""Memoized per-paper values kept per renderer (bounded: the web app's renderer lives long)."""
+CACHE_SIZE = 4096
+"""Memoized per-paper values and cards kept per renderer (bounded: the web app's renderer lives
+long; a few MB at most). A run with more papers than this still works: the cache starts over."""
 
 
 def shipped_templates_dir() -> Path:

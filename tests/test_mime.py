@@ -6,6 +6,7 @@ Every header and both bodies must decode to what was meant, and to what the old
 
 from __future__ import annotations
 
+import quopri
 import re
 from datetime import UTC, datetime
 from email import policy
@@ -332,3 +333,16 @@ def test_hostile_feed_text_gives_the_same_message_as_email_message(
     for header in ("Subject", "List-Unsubscribe", "Message-ID"):
         assert str(new[header]) == str(old[header])
     assert new["To"].addresses[0].addr_spec == old["To"].addresses[0].addr_spec
+
+
+def test_the_quoted_printable_caches_stay_bounded_and_correct() -> None:
+    from newsletter.mime import QuotedPrintable
+
+    qp = QuotedPrintable(max_paragraphs=50, max_lines=80)
+    for i in range(500):
+        text = f"static line = same for all\n\nper reader {i} é\nunique {i}\n"
+        encoded = qp.encode(text)
+        assert len(qp._paragraphs) <= 51 and len(qp._lines) <= 81
+        expected = quopri.encodestring(text.encode("utf-8")).replace(b"\n", b"\r\n")
+        assert quopri.decodestring(encoded) == quopri.decodestring(expected)
+        assert encoded.startswith(b"static line =3D same for all\r\n\r\nper reader")
