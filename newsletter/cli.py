@@ -353,6 +353,12 @@ def print_fetch_report(report: Any) -> None:
     help="With --to: send today's edition again even though it went out (marked as forced).",
 )
 @click.option("--fetch/--no-fetch", "do_fetch", default=False, help="Fetch sources first.")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="With workers: wait for the queued chunks and show the summary, or return once queued.",
+)
 @click.pass_obj
 def send(
     obj: Context,
@@ -362,6 +368,7 @@ def send(
     topic: str | None,
     force: bool,
     do_fetch: bool,
+    wait: bool,
 ) -> None:
     """Send today's digest to every active subscriber who has not had it yet.
 
@@ -371,6 +378,10 @@ def send(
     newsletter send --now --to ada@example.org  one subscriber
     newsletter send --now --topic moe           followers of one topic, that topic only
     newsletter send --now --to ada@example.org --force   re-send today's edition to one address
+
+    With a workers: section in the config, the editions are queued in chunks for the Celery
+    workers ('newsletter worker') instead of being sent from this process; --to, --force and
+    --dry-run still run here.
     """
     if not now_flag:
         fail(
@@ -382,7 +393,11 @@ def send(
         if topic is not None and topic not in {t.name for t in obj.config.settings.topics}:
             names = ", ".join(t.name for t in obj.config.settings.topics)
             fail(f"unknown topic {topic} (available: {names})")
-        report = do_send(obj, to=to, dry_run=dry_run, do_fetch=do_fetch, topic=topic, force=force)
+        report = do_send(
+            obj, to=to, dry_run=dry_run, do_fetch=do_fetch, topic=topic, force=force, wait=wait
+        )
+    if report is None:
+        return
     if report.relay_error:
         sys.exit(2)
     if report.failed:
@@ -398,6 +413,7 @@ def do_send(
     keep_rendered: int = 0,
     topic: str | None = None,
     force: bool = False,
+    wait: bool = True,
 ) -> Any:
     from newsletter.runs import fetch_step, send_step
 
@@ -416,6 +432,8 @@ def do_send(
     now = utcnow()
     if do_fetch:
         print_fetch_report(fetch_step(config, store, now))
+    if config.settings.workers is not None and to is None and not dry_run:
+        return send_by_workers(config, store, now, topic=topic, wait=wait)
     report = send_step(
         config,
         store,
@@ -426,6 +444,70 @@ def do_send(
         dry_run=dry_run,
         keep_rendered=keep_rendered,
     )
+    print_send_report(report)
+    return report
+
+
+def send_by_workers(
+    config: Config, store: Store, now: Any, *, topic: str | None, wait: bool
+) -> Any:
+    """Queue the edition for the workers; with ``wait``, show progress and the summary."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from newsletter.workers import Enqueued, send_with_workers
+
+    queue = config.settings.workers.queue if config.settings.workers else ""
+    bar = None
+    task = None
+
+    def enqueued(e: Enqueued) -> None:
+        nonlocal bar, task
+        console.print(
+            f"Queued {e.subscribers} edition(s) in {len(e.results)} chunk(s) on queue {queue}"
+            + (f"; {e.settled} already sent or skipped" if e.settled else "")
+            + ".",
+            highlight=False,
+        )
+        if wait and e.results:
+            from rich.progress import Progress
+
+            bar = Progress(
+                TextColumn("chunks"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[sent]} sent"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            task = bar.add_task("chunks", total=len(e.results), sent=0)
+            bar.start()
+
+    hinted = False
+
+    def progress(p: Any) -> None:
+        nonlocal hinted
+        if bar is not None and task is not None:
+            bar.update(task, completed=p.done, sent=p.sent)
+        if not hinted and p.done == 0 and p.waited > 30:
+            hinted = True
+            console.print(
+                f"No chunk finished after {p.waited:.0f} s: is a worker running on queue "
+                f"{queue}? Start one with 'newsletter worker'. Ctrl-C stops waiting; the "
+                "queued chunks stay queued.",
+                highlight=False,
+            )
+
+    try:
+        _, report = send_with_workers(
+            config, store, now, topic=topic, wait=wait, progress=progress, on_enqueued=enqueued
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
+    if report is None:
+        console.print("Not waiting: 'newsletter status' shows the run once the workers finish.")
+        return None
     print_send_report(report)
     return report
 
@@ -919,6 +1001,46 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
         click.echo("            " + "  ".join(parts))
+
+
+# ---------------------------------------------------------------------------- worker
+
+
+@cli.command()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Chunks worked on at once (default: the number of CPUs).",
+)
+@click.option(
+    "--pool",
+    type=click.Choice(["prefork", "threads", "solo"]),
+    default="prefork",
+    show_default=True,
+    help="prefork: one process per chunk at once; solo: this process only (one per container).",
+)
+@click.option("--name", default=None, help="Worker name (default: newsletter-PID@HOST).")
+@click.pass_obj
+def worker(obj: Context, concurrency: int | None, pool: str, name: str | None) -> None:
+    """Render and send the chunks of editions that 'newsletter send' and the scheduler queue.
+
+    Needs a workers: section in the config (broker, queue) and PostgreSQL shared by every
+    worker. Start as many as needed, on as many machines. SIGTERM finishes the chunk in flight;
+    a worker that dies leaves its chunk to the others (after workers.visibility_timeout), and
+    the ledger makes sure no edition is sent twice.
+    """
+    from newsletter.workers import run_worker
+
+    with errors():
+        config = obj.config
+        if config.settings.workers is None:
+            fail(
+                f"{config.path}: no workers: section; add one (see config/newsletter.example.yaml) "
+                "to send with Celery workers"
+            )
+        code = run_worker(config, concurrency=concurrency, pool=pool, name=name)
+    sys.exit(code)
 
 
 # ---------------------------------------------------------------------------- serve and inbound

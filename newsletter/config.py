@@ -3,8 +3,9 @@
 Every mistake is reported as ``file:line: key.path: what is wrong``: unknown keys, bad values,
 duplicate keys, topics a subscriber names but nobody defined. Paths inside a config file (feed
 files, a SQLite database) are relative to the file's own folder. Secrets come from the
-environment: ``NEWSLETTER_DATABASE_URL`` overrides ``database.url``, and the SMTP password is read
-from the variable that ``smtp.password_env`` names.
+environment: ``NEWSLETTER_DATABASE_URL`` overrides ``database.url``, ``NEWSLETTER_BROKER_URL``
+overrides ``workers.broker_url``, and the SMTP password is read from the variable that
+``smtp.password_env`` names.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from newsletter.errors import ConfigError
 
 ENV_CONFIG = "NEWSLETTER_CONFIG"
 ENV_DATABASE_URL = "NEWSLETTER_DATABASE_URL"
+ENV_BROKER_URL = "NEWSLETTER_BROKER_URL"
 DEFAULT_CONFIG = "newsletter.yaml"
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -525,6 +527,63 @@ class DkimSettings(_Strict):
         return value
 
 
+_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "sentinel")
+
+
+class WorkersSettings(_Strict):
+    """Scale-out: Celery workers render and send chunks of subscribers (``newsletter worker``).
+
+    With this section, ``newsletter send`` and the scheduler enqueue chunks instead of sending
+    in-process. The workers share the database, so it must be PostgreSQL."""
+
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    """Redis (``redis://``) or RabbitMQ (``amqp://``); ``$NEWSLETTER_BROKER_URL`` overrides it."""
+    result_backend: str | None = None
+    """Where chunk results go (for ``send``'s progress): default the Redis broker, or ``rpc://``
+    with RabbitMQ."""
+    queue: str = "newsletter"
+    chunk_size: int = Field(default=500, ge=1, le=100_000)
+    """Subscribers per task."""
+    visibility_timeout: int = Field(default=3600, ge=1)
+    """Seconds (Redis broker): a task not acknowledged by then is given to another worker; this
+    is how a chunk of a worker that died is picked up again. Keep it above a chunk's run time."""
+    claim_lease: int = Field(default=600, ge=1)
+    """Seconds after which an edition claimed by a worker that died may be taken over (same
+    Message-ID). Keep it above the time one message can take (``smtp.timeout``)."""
+    retry_delay: int = Field(default=60, ge=1)
+    """Seconds before a chunk is tried again after the relay failed or editions were busy."""
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _broker(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in (*_BROKER_SCHEMES, "rpc", "db+postgresql", "db+postgresql+psycopg"):
+            raise ValueError(
+                f"{value!r} is not a broker URL (redis://host:6379/0 or amqp://user:pass@host//)"
+            )
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$", value):
+            raise ValueError(f"{value!r}: use letters, digits, '.', '_', ':' or '-'")
+        return value
+
+    def broker(self) -> str:
+        """The broker URL in force: the environment, else the config."""
+        return os.environ.get(ENV_BROKER_URL) or self.broker_url
+
+    def backend(self) -> str:
+        """The result backend in force: configured, else Redis broker, else ``rpc://``."""
+        if self.result_backend:
+            return self.result_backend
+        broker = self.broker()
+        return broker if broker.startswith(("redis", "rediss")) else "rpc://"
+
+
 class Settings(_Strict):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sender: SenderSettings = Field(default_factory=SenderSettings)
@@ -539,6 +598,8 @@ class Settings(_Strict):
     inbound: InboundSettings = Field(default_factory=InboundSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dkim: DkimSettings | None = None
+    workers: WorkersSettings | None = None
+    """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
 
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:
@@ -697,6 +758,19 @@ def _cross_check(settings: Settings, lines: Mapping[Loc, int], file: str) -> lis
                     add(("sources", i, key), f"only arxiv_api sources take {key!r}")
         elif source.date_from and source.date_to and source.date_from > source.date_to:
             add(("sources", i, "date_to"), "date_to is before date_from")
+    w = settings.workers
+    if w is not None and w.claim_lease <= settings.smtp.timeout:
+        add(
+            ("workers", "claim_lease"),
+            f"{w.claim_lease} s is not longer than smtp.timeout ({settings.smtp.timeout:g} s): "
+            "another worker could take over a message still being sent; raise it",
+        )
+    if w is not None and w.visibility_timeout <= max(w.claim_lease, w.retry_delay):
+        add(
+            ("workers", "visibility_timeout"),
+            f"{w.visibility_timeout} s must be longer than claim_lease ({w.claim_lease} s) and "
+            f"retry_delay ({w.retry_delay} s): a chunk waiting to retry would be handed out twice",
+        )
     seen_emails: dict[str, int] = {}
     for i, sub in enumerate(settings.subscribers):
         if sub.email in seen_emails:
@@ -774,14 +848,31 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         ) from e
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(str(chosen), [f"{chosen}: cannot read: {e}"]) from e
-    settings, _ = parse_config(text, str(chosen))
+    settings, lines = parse_config(text, str(chosen))
     base = chosen.resolve().parent
     url = os.environ.get(ENV_DATABASE_URL) or settings.database.url
+    check_workers_database(settings, url, str(chosen), _line_for(("workers",), lines))
     return Config(settings=settings, path=chosen.resolve(), database_url=_resolve_db_url(url, base))
+
+
+def check_workers_database(settings: Settings, url: str, file: str, line: int) -> None:
+    """Workers on several machines or processes share one database: refuse SQLite with them."""
+    if settings.workers is not None and url.startswith("sqlite"):
+        raise ConfigError(
+            file,
+            [
+                f"{file}:{line}: workers: Celery workers need a database they can all reach "
+                f"at once, and SQLite ({url}) is a local file with one writer at a time: set "
+                f"database.url (or ${ENV_DATABASE_URL}) to PostgreSQL "
+                "(postgresql+psycopg://user:password@host/db), or remove the workers section "
+                "to send from one process"
+            ],
+        )
 
 
 def config_from_settings(settings: Settings, base_dir: Path) -> Config:
     """A Config for settings built in code (tests, the demo)."""
+    check_workers_database(settings, settings.database.url, str(base_dir / DEFAULT_CONFIG), 1)
     return Config(
         settings=settings,
         path=base_dir / DEFAULT_CONFIG,
@@ -806,6 +897,7 @@ __all__ = [
     "SubscriberSeed",
     "TopicSettings",
     "WebSettings",
+    "WorkersSettings",
     "load_config",
     "parse_config",
 ]

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -153,8 +153,12 @@ class EditionBuilder:
         return maybe_sign(self.signer, envelope)
 
 
-def _batches(store: Store, to: str | None) -> Iterator[list[Subscriber]]:
-    yield from store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=500)
+def _batches(
+    store: Store, to: str | None, subscriber_ids: Sequence[int] | None = None
+) -> Iterator[list[Subscriber]]:
+    yield from store.iter_subscribers(
+        SubscriberStatus.ACTIVE, email=to, batch=500, ids=subscriber_ids
+    )
 
 
 def run_send(
@@ -171,6 +175,9 @@ def run_send(
     keep_rendered: int = 0,
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
+    subscriber_ids: Sequence[int] | None = None,
+    claim_lease: timedelta = timedelta(minutes=10),
+    claim_clock: Callable[[], datetime] | None = None,
 ) -> SendReport:
     """Send today's edition to every active subscriber who has not had it yet.
 
@@ -178,6 +185,10 @@ def run_send(
     then holds only that topic), ``due`` to the subscribers whose edition is due (the
     scheduler's filter). ``force`` re-sends today's edition to ``to``, marked as forced.
     ``stop`` is checked between messages: a SIGTERM finishes the message in flight, then stops.
+    ``subscriber_ids`` limits the run to those subscribers (a worker's chunk). A claim left by an
+    interrupted run is taken over once ``claim_lease`` has passed since it was made, measured
+    by ``claim_clock`` (default: the run's ``now``; workers pass the wall clock, since every
+    chunk of an edition shares one ``now``).
     """
     from newsletter.schedule import listing_gap
 
@@ -191,7 +202,7 @@ def run_send(
     factory = mailer_factory or (lambda: SmtpMailer(config.settings.smtp))
     skip_quiet = config.settings.schedule.no_listing == "skip"
     try:
-        for batch in _batches(store, to):
+        for batch in _batches(store, to, subscriber_ids):
             if topic is not None:
                 batch = [s for s in batch if topic in s.topics]
             if due is not None:
@@ -224,7 +235,12 @@ def run_send(
                     exclude = sent_ids[sub.id] - set(earlier)
                 else:
                     maybe = store.claim_edition(
-                        sub.id, edition_date, make_message_id(domain), now, owner=owner
+                        sub.id,
+                        edition_date,
+                        make_message_id(domain),
+                        now if claim_clock is None else claim_clock(),
+                        owner=owner,
+                        lease=claim_lease,
                     )
                     if maybe is None:
                         report.already += 1

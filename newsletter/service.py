@@ -32,6 +32,14 @@ def make_jobs(config: Config, store: Store, stop: threading.Event) -> Jobs:
         fetch_step(config, store, now)
 
     def send_due(now: datetime) -> None:
+        if config.settings.workers is not None:
+            from newsletter.workers import send_with_workers
+
+            # enqueue the due chunks and wait for them, so the next tick does not queue them again
+            send_with_workers(
+                config, store, now, kind="scheduled", due=due_filter(config, now), stop=stop
+            )
+            return
         send_step(config, store, now, kind="scheduled", due=due_filter(config, now), stop=stop)
 
     return Jobs(fetch=fetch, send_due=send_due)

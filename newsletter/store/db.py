@@ -501,9 +501,16 @@ class Store:
         return {k: tuple(v) for k, v in found.items()}
 
     def iter_subscribers(
-        self, status: SubscriberStatus | None = None, *, batch: int = 1000, email: str | None = None
+        self,
+        status: SubscriberStatus | None = None,
+        *,
+        batch: int = 1000,
+        email: str | None = None,
+        ids: Sequence[int] | None = None,
     ) -> Iterator[list[Subscriber]]:
-        """Subscribers in id order, in batches (memory stays flat however many there are)."""
+        """Subscribers in id order, in batches (memory stays flat however many there are).
+
+        ``ids`` limits them to those subscribers (a worker's chunk)."""
         last = 0
         while True:
             with self.engine.connect() as conn:
@@ -512,6 +519,8 @@ class Store:
                     q = q.where(t.subscribers.c.status == status.value)
                 if email is not None:
                     q = q.where(t.subscribers.c.email == email)
+                if ids is not None:
+                    q = q.where(t.subscribers.c.id.in_(sorted(set(ids))))
                 rows = conn.execute(q.order_by(t.subscribers.c.id).limit(batch)).all()
                 if not rows:
                     return
@@ -981,6 +990,24 @@ class Store:
                     ),
                 )
             )
+
+    def edition_statuses(
+        self, subscriber_ids: Sequence[int], edition_dates: Iterable[date]
+    ) -> dict[tuple[int, date], EditionStatus]:
+        """The ledger status of each ``(subscriber, edition_date)`` that has a row."""
+        dates = sorted(set(edition_dates))
+        if not subscriber_ids or not dates:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    t.editions.c.subscriber_id, t.editions.c.edition_date, t.editions.c.status
+                ).where(
+                    t.editions.c.subscriber_id.in_(sorted(set(subscriber_ids))),
+                    t.editions.c.edition_date.in_(dates),
+                )
+            )
+            return {(r.subscriber_id, r.edition_date): EditionStatus(r.status) for r in rows}
 
     def editions_on(
         self, edition_date: date, status: EditionStatus | None = None

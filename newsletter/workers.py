@@ -1,0 +1,430 @@
+"""Scale-out: Celery workers render and send chunks of an edition.
+
+The enqueuing side (``newsletter send`` and the scheduler, when ``workers:`` is configured)
+streams the due subscribers, leaves out those whose edition for the date is settled, and sends
+one task per chunk of subscriber ids, all with the same ``now``. A worker runs
+:func:`newsletter.edition.run_send` restricted to its chunk, so every edition still goes through
+the ledger claim:
+
+- a redelivered or duplicated task finds the editions claimed or sent and sends nothing twice;
+- tasks are acknowledged late and rejected when their worker dies, so the broker gives a killed
+  worker's chunk to another worker (Redis: after ``workers.visibility_timeout``);
+- claims carry the wall-clock time they were made, and a claim left by a dead worker is taken over
+  after ``workers.claim_lease``, keeping its Message-ID. A chunk that finds editions claimed by
+  someone else retries just those subscribers once the lease has run out, so nothing is left
+  behind whether the other worker finished them or died.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.edition import SendReport, edition_date_for, run_send
+from newsletter.logs import step
+from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
+from newsletter.store import Store
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "newsletter.send_chunk"
+MAX_RETRIES = 25
+_COUNTS = (
+    "considered",
+    "sent",
+    "already",
+    "empty",
+    "failed",
+    "suppressed",
+    "resumed",
+    "no_listing",
+)
+_SETTLED = frozenset(
+    {EditionStatus.SENT, EditionStatus.SKIPPED, EditionStatus.FAILED, EditionStatus.UNKNOWN}
+)
+_IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
+
+
+def _settings(config: Config) -> Any:
+    w = config.settings.workers
+    if w is None:
+        raise ValueError("this config has no workers: section")
+    return w
+
+
+def make_app(config: Config) -> Any:
+    """The Celery app for this config, with the send task registered."""
+    from celery import Celery
+
+    w = _settings(config)
+    app = Celery("newsletter", broker=w.broker(), backend=w.backend(), set_as_current=False)
+    app.conf.update(
+        task_default_queue=w.queue,
+        task_acks_late=True,  # acknowledged after the chunk ran, not when it was received
+        task_reject_on_worker_lost=True,  # a killed worker's chunk goes back to the queue
+        worker_prefetch_multiplier=1,  # a dying worker holds at most the chunks it runs
+        broker_transport_options={
+            "visibility_timeout": w.visibility_timeout,
+            # look for the unacknowledged chunks of dead workers a few times per timeout
+            "unacked_restore_interval": max(1, min(60, w.visibility_timeout // 4)),
+            "unacked_restore_throttle": 1,
+        },
+        result_backend_transport_options={"visibility_timeout": w.visibility_timeout},
+        result_expires=timedelta(days=2),
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        worker_send_task_events=False,
+    )
+    register_tasks(app, config)
+    return app
+
+
+def register_tasks(app: Any, config: Config) -> Any:
+    """Register ``send_chunk`` on ``app``; each worker process opens its own database pool."""
+    w = _settings(config)
+    stores: dict[int, Store] = {}
+    lock = threading.Lock()
+
+    def store_for_process() -> Store:
+        pid = os.getpid()  # a forked pool child must not share its parent's connections
+        with lock:
+            if pid not in stores:
+                stores[pid] = Store(config.database_url)
+            return stores[pid]
+
+    @app.task(name=TASK_NAME, bind=True, max_retries=MAX_RETRIES)  # type: ignore[untyped-decorator]
+    def send_chunk_task(
+        self: Any,
+        ids: list[int],
+        now: str,
+        topic: str | None = None,
+        carried: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        outcome = send_chunk(
+            config,
+            store_for_process(),
+            ids,
+            datetime.fromisoformat(now),
+            topic=topic,
+            carried=carried,
+        )
+        if outcome.retry_ids:
+            retry_in = w.claim_lease + 1 if outcome.busy else w.retry_delay
+            log.info(
+                "chunk: %d edition(s) to try again in %d s (%s)",
+                len(outcome.retry_ids),
+                retry_in,
+                "claimed elsewhere" if outcome.busy else "relay failed",
+            )
+            raise self.retry(
+                args=[outcome.retry_ids, now],
+                kwargs={"topic": topic, "carried": outcome.result},
+                countdown=retry_in,
+            )
+        return outcome.result
+
+    return send_chunk_task
+
+
+@dataclass
+class ChunkOutcome:
+    result: dict[str, Any]
+    """Counts so far (JSON), carried into a retry."""
+    retry_ids: list[int] = field(default_factory=list)
+    busy: bool = False
+    """The retry is for editions another run held (wait out the lease), not a relay failure."""
+
+
+def _empty_counts() -> dict[str, Any]:
+    return {**dict.fromkeys(_COUNTS, 0), "dates": [], "errors": [], "relay_error": None}
+
+
+def send_chunk(
+    config: Config,
+    store: Store,
+    ids: Sequence[int],
+    now: datetime,
+    *,
+    topic: str | None = None,
+    carried: dict[str, Any] | None = None,
+    mailer_factory: Any = None,
+) -> ChunkOutcome:
+    """One task's work: the edition for these subscribers, through the ledger claim.
+
+    Subscribers whose edition is claimed by another run (alive, or dead with its lease not yet
+    run out) are returned to retry after the lease; so are those the relay refused to take."""
+    w = _settings(config)
+    report = run_send(
+        config,
+        store,
+        now,
+        subscriber_ids=list(ids),
+        topic=topic,
+        mailer_factory=mailer_factory,
+        claim_lease=timedelta(seconds=w.claim_lease),
+        claim_clock=utcnow,
+    )
+    result = carried or _empty_counts()
+    for key in _COUNTS:
+        result[key] += getattr(report, key)
+    result["dates"] = sorted({*result["dates"], *(d.isoformat() for d in report.dates)})
+    result["errors"] = (result["errors"] + report.errors)[:20]
+    if report.no_listing_reason:
+        result["no_listing_reason"] = report.no_listing_reason
+    if report.relay_error:
+        # the run stopped at the relay: the editions not sent yet are tried again later
+        left = _unsettled(store, ids, now)
+        result["relay_error"] = report.relay_error
+        return ChunkOutcome(result, retry_ids=left)
+    result["relay_error"] = None
+    busy: list[int] = []
+    if report.already:
+        busy = _in_flight_elsewhere(store, ids, now)
+        result["already"] -= len(busy)
+        result["considered"] -= len(busy)
+    return ChunkOutcome(result, retry_ids=busy, busy=bool(busy))
+
+
+def _own_dates(store: Store, ids: Sequence[int], now: datetime) -> list[tuple[Subscriber, date]]:
+    return [
+        (s, edition_date_for(s, now))
+        for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, ids=ids)
+        for s in batch
+    ]
+
+
+def _in_flight_elsewhere(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+    subs = _own_dates(store, ids, now)
+    statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
+    return [s.id for s, d in subs if statuses.get((s.id, d)) in _IN_FLIGHT]
+
+
+def _unsettled(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+    subs = _own_dates(store, ids, now)
+    statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
+    return [s.id for s, d in subs if statuses.get((s.id, d)) not in _SETTLED]
+
+
+# ---------------------------------------------------------------------------- enqueuing
+
+
+@dataclass
+class Enqueued:
+    now: datetime
+    results: list[Any] = field(default_factory=list)
+    """One Celery AsyncResult per chunk."""
+    subscribers: int = 0
+    not_due: int = 0
+    settled: int = 0
+    """Due subscribers left out: their edition for the date is already sent or skipped."""
+
+
+def enqueue_edition(
+    config: Config,
+    store: Store,
+    now: datetime,
+    app: Any,
+    *,
+    to: str | None = None,
+    topic: str | None = None,
+    due: Callable[[Subscriber], bool] | None = None,
+) -> Enqueued:
+    """Queue one task per chunk of the subscribers whose edition is to be sent now."""
+    w = _settings(config)
+    out = Enqueued(now)
+    chunk: list[int] = []
+
+    def flush() -> None:
+        if chunk:
+            result = app.send_task(
+                TASK_NAME, args=[list(chunk), now.isoformat()], kwargs={"topic": topic}
+            )
+            out.results.append(result)
+            chunk.clear()
+
+    for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=1000):
+        if topic is not None:
+            batch = [s for s in batch if topic in s.topics]
+        if due is not None:
+            wanted = [s for s in batch if due(s)]
+            out.not_due += len(batch) - len(wanted)
+            batch = wanted
+        dates = {s.id: edition_date_for(s, now) for s in batch}
+        statuses = store.edition_statuses(list(dates), set(dates.values()))
+        for s in batch:
+            if statuses.get((s.id, dates[s.id])) in _SETTLED:
+                out.settled += 1
+                continue
+            chunk.append(s.id)
+            out.subscribers += 1
+            if len(chunk) >= w.chunk_size:
+                flush()
+    flush()
+    return out
+
+
+@dataclass
+class Progress:
+    chunks: int
+    done: int = 0
+    sent: int = 0
+    waited: float = 0.0
+
+
+def wait_for(
+    enqueued: Enqueued,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    stop: threading.Event | None = None,
+    poll: float = 0.5,
+) -> SendReport:
+    """Wait for every chunk and add up their reports (``stopped`` if ``stop`` was set first)."""
+    report = SendReport(not_due=enqueued.not_due)
+    report.already = enqueued.settled
+    report.considered = enqueued.settled
+    state = Progress(len(enqueued.results))
+    pending = list(enqueued.results)
+    started = time.monotonic()
+    while pending:
+        still = []
+        for result in pending:
+            if not result.ready():
+                still.append(result)
+                continue
+            state.done += 1
+            try:
+                counts = result.get(propagate=True, disable_sync_subtasks=False)
+            except Exception as e:  # the task failed after its retries: say which chunk
+                report.errors.append(f"chunk {result.id} failed: {type(e).__name__}: {e}")
+                report.failed += 1
+                continue
+            _add(report, counts)
+            state.sent += int(counts["sent"])
+        pending = still
+        state.waited = time.monotonic() - started
+        if progress is not None:
+            progress(state)
+        if pending:
+            if stop is not None and stop.wait(poll):
+                report.stopped = True
+                break
+            if stop is None:
+                time.sleep(poll)
+    return report
+
+
+def _add(report: SendReport, counts: dict[str, Any]) -> None:
+    for key in _COUNTS:
+        setattr(report, key, getattr(report, key) + int(counts[key]))
+    report.dates.update(date.fromisoformat(d) for d in counts["dates"])
+    report.errors.extend(counts["errors"])
+    if counts.get("no_listing_reason"):
+        report.no_listing_reason = counts["no_listing_reason"]
+    if counts.get("relay_error"):
+        report.relay_error = counts["relay_error"]
+
+
+def send_with_workers(
+    config: Config,
+    store: Store,
+    now: datetime,
+    *,
+    kind: str = "send",
+    to: str | None = None,
+    topic: str | None = None,
+    due: Callable[[Subscriber], bool] | None = None,
+    wait: bool = True,
+    stop: threading.Event | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    on_enqueued: Callable[[Enqueued], None] | None = None,
+    app: Any = None,
+) -> tuple[Enqueued, SendReport | None]:
+    """Enqueue the edition's chunks, record the run, and (``wait``) add up what the workers did."""
+    run_id = store.start_run(kind, now)
+    app = app or make_app(config)
+    try:
+        enqueued = enqueue_edition(config, store, now, app, to=to, topic=topic, due=due)
+    except Exception as e:
+        store.finish_run(run_id, "failed", utcnow(), {}, f"could not enqueue: {e}")
+        raise
+    if on_enqueued is not None:
+        on_enqueued(enqueued)
+    counts: dict[str, Any] = {
+        "enqueued": enqueued.subscribers,
+        "chunks": len(enqueued.results),
+        "already": enqueued.settled,
+    }
+    step(f"{kind} enqueued", **{k: v for k, v in counts.items() if v})
+    if not wait:
+        store.finish_run(run_id, "enqueued", utcnow(), counts, None)
+        return enqueued, None
+    report = wait_for(enqueued, progress=progress, stop=stop)
+    counts = report.as_dict() | {"chunks": len(enqueued.results)}
+    status = "failed" if report.relay_error else ("stopped" if report.stopped else "ok")
+    error = report.relay_error or ("; ".join(report.errors[:20]) or None)
+    store.finish_run(run_id, status, utcnow(), counts, error)
+    if report.considered or report.relay_error:
+        step(f"{kind} done", **{k: v for k, v in counts.items() if v})
+    return enqueued, report
+
+
+# ---------------------------------------------------------------------------- the worker
+
+
+def run_worker(
+    config: Config,
+    *,
+    concurrency: int | None = None,
+    pool: str = "prefork",
+    name: str | None = None,
+    loglevel: str = "INFO",
+) -> int:
+    """Run a Celery worker on the configured queue until stopped; returns its exit code.
+
+    SIGTERM is a warm shutdown: the chunk in flight is finished, the rest stays queued."""
+    w = _settings(config)
+    check = Store(config.database_url)
+    try:
+        check.check_schema()
+    finally:
+        check.close()  # each pool process opens its own connections
+    app = make_app(config)
+    worker = app.Worker(
+        queues=[w.queue],
+        concurrency=concurrency or os.cpu_count() or 1,
+        pool_cls=pool,
+        hostname=name or f"newsletter-{os.getpid()}@{socket.gethostname()}",
+        loglevel=loglevel,
+        without_gossip=True,
+        without_mingle=True,
+        without_heartbeat=False,
+    )
+    worker.start()
+    return int(worker.exitcode or 0)
+
+
+__all__ = [
+    "TASK_NAME",
+    "ChunkOutcome",
+    "Enqueued",
+    "Progress",
+    "enqueue_edition",
+    "make_app",
+    "run_worker",
+    "send_chunk",
+    "send_with_workers",
+    "wait_for",
+]
