@@ -12,10 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,13 @@ from sqlalchemy import select
 
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
+from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
+from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.store import tables as t
+from newsletter.workers import enqueue_edition, send_chunk
 from tests.conftest import SmtpServer, base_config, write_config
 
 REDIS_URL = os.environ.get("NEWSLETTER_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -208,3 +214,194 @@ def test_two_workers_one_killed_mid_chunk_every_subscriber_gets_exactly_one_dige
     assert mixed, "no chunk was split between the killed worker and the survivor"
     assert "2000" in output and "sent" in output
     store.close()
+
+
+# ---------------------------------------------------------------------------- the chunk task
+
+
+@pytest.fixture
+def chunk_setup(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer
+) -> Iterator[tuple[Config, Store, list[int]]]:
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, "unused")
+    config, store, ids = prepared(path, 60)
+    yield config, store, ids
+    store.close()
+
+
+def message_ids(smtp: SmtpServer) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = defaultdict(list)
+    for r in smtp.received:
+        for rcpt in r.rcpt_tos:
+            found[rcpt].append(r.message["Message-ID"])
+    return found
+
+
+@pytest.mark.postgres
+def test_a_duplicated_chunk_running_twice_at_once_sends_each_digest_once(
+    chunk_setup: tuple[Config, Store, list[int]], smtp_server: SmtpServer
+) -> None:
+    config, store, ids = chunk_setup
+    now = utcnow()
+    second = Store(config.database_url)  # another worker: its own connections
+    outcomes: list[Any] = []
+
+    def run(s: Store) -> None:
+        outcomes.append(send_chunk(config, s, ids, now))
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in (store, second)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    second.close()
+    got = message_ids(smtp_server)
+    assert len(got) == 60 and all(len(m) == 1 for m in got.values())
+    assert sum(o.result["sent"] for o in outcomes) == 60
+    # whichever lost a race saw the edition claimed elsewhere and asks to look again later;
+    # by now those editions are sent, so the retry finds them done and sends nothing
+    retry = [i for o in outcomes for i in o.retry_ids]
+    again = send_chunk(config, store, retry or ids, now)
+    assert again.result["sent"] == 0 and again.retry_ids == []
+    assert len(smtp_server.received) == 60
+
+    # a redelivered chunk (the same task again, later) sends nothing either
+    redelivered = send_chunk(config, store, ids, now)
+    assert redelivered.result["sent"] == 0 and redelivered.result["already"] == 60
+    assert len(smtp_server.received) == 60
+
+
+@pytest.mark.postgres
+def test_a_dead_workers_claim_is_taken_over_after_the_lease_keeping_its_message_id(
+    chunk_setup: tuple[Config, Store, list[int]], smtp_server: SmtpServer
+) -> None:
+    config, store, ids = chunk_setup
+    now = utcnow()
+    dead, alive = ids[0], ids[1]
+    store.claim_edition(dead, now.date(), "<dead@x>", now - timedelta(seconds=30), owner="dead")
+    store.claim_edition(alive, now.date(), "<alive@x>", utcnow(), owner="alive")
+    outcome = send_chunk(config, store, ids[:5], now)
+    assert outcome.retry_ids == [alive] and outcome.busy  # retried once the lease runs out
+    assert outcome.result["sent"] == 4 and outcome.result["considered"] == 4
+    assert message_ids(smtp_server)["s00000@example.org"] == ["<dead@x>"]
+    assert "s00001@example.org" not in message_ids(smtp_server)
+
+
+@pytest.mark.postgres
+def test_relay_down_gives_back_the_chunk_to_retry(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer
+) -> None:
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, "unused")
+    config, store, ids = prepared(path, 5)
+    down = config.settings.model_copy(
+        update={"smtp": config.settings.smtp.model_copy(update={"port": free_port()})}
+    )
+    outcome = send_chunk(replace(config, settings=down), store, ids, utcnow())
+    assert outcome.retry_ids == ids and not outcome.busy
+    assert outcome.result["relay_error"]
+    with store.engine.connect() as conn:
+        assert conn.execute(select(t.editions.c.id)).all() == []  # no claim left behind
+    store.close()
+
+
+@pytest.mark.postgres
+def test_enqueue_cuts_chunks_and_leaves_out_settled_editions(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
+) -> None:
+    import json
+
+    import redis
+
+    from newsletter.workers import make_app
+
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
+    config, store, ids = prepared(path, 120)
+    now = utcnow()
+    claim = store.claim_edition(ids[0], now.date(), "<a@x>", now, owner="earlier")
+    assert claim is not None
+    store.mark_edition(claim.id, EditionStatus.SENT, now)
+    deferred = store.claim_edition(ids[1], now.date(), "<b@x>", now, owner="earlier")
+    assert deferred is not None
+    store.mark_edition(deferred.id, EditionStatus.DEFERRED, now, error="451 try later")
+
+    enqueued = enqueue_edition(config, store, now, make_app(config))
+    assert enqueued.subscribers == 119 and enqueued.settled == 1
+    assert len(enqueued.results) == 3
+    client = redis.Redis.from_url(REDIS_URL)
+    bodies = [json.loads(m) for m in client.lrange(queue, 0, -1)]
+    chunks = []
+    for b in bodies:
+        import base64
+
+        args, kwargs, _ = json.loads(base64.b64decode(b["body"]))
+        assert args[1] == now.isoformat() and kwargs == {"topic": None}
+        chunks.append(args[0])
+    # the deferred edition is queued again (a temporary failure is retried); the sent one is not
+    assert sorted(i for c in chunks for i in c) == ids[1:]
+    assert sorted(len(c) for c in chunks) == [19, 50, 50]
+    store.close()
+
+
+# ---------------------------------------------------------------------------- config and CLI
+
+
+def test_workers_refuse_sqlite_naming_the_file_and_line(tmp_path: Path) -> None:
+    data = base_config(f"sqlite:///{tmp_path / 'x.db'}")
+    data["workers"] = {"queue": "q"}
+    path = write_config(tmp_path, data)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    line = path.read_text().splitlines().index("workers:") + 1
+    assert f"{path}:{line}: workers: " in str(e.value)
+    assert "PostgreSQL" in str(e.value) and "SQLite" in str(e.value)
+
+
+def test_database_url_from_the_environment_counts_for_the_sqlite_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = base_config(f"sqlite:///{tmp_path / 'x.db'}")
+    data["workers"] = {}
+    path = write_config(tmp_path, data)
+    monkeypatch.setenv("NEWSLETTER_DATABASE_URL", "postgresql+psycopg://u@db/newsletter")
+    monkeypatch.setenv("NEWSLETTER_BROKER_URL", "amqp://guest:guest@rabbit//")
+    config = load_config(path)
+    assert config.settings.workers is not None
+    assert config.settings.workers.broker() == "amqp://guest:guest@rabbit//"
+    assert config.settings.workers.backend() == "rpc://"  # RabbitMQ: results over AMQP
+
+
+@pytest.mark.parametrize(
+    ("workers", "problem"),
+    [
+        ({"broker_url": "localhost:6379"}, "workers.broker_url: 'localhost:6379' is not a broker"),
+        ({"chunk_size": 0}, "workers.chunk_size: Input should be greater than or equal to 1"),
+        ({"queue": "no spaces"}, "workers.queue: 'no spaces': use letters"),
+        ({"claim_lease": 20}, "workers.claim_lease: 20 s is not longer than smtp.timeout (30 s)"),
+        (
+            {"visibility_timeout": 300},
+            "workers.visibility_timeout: 300 s must be longer than claim_lease (600 s)",
+        ),
+        ({"brokr": "redis://x"}, "workers.brokr: unknown key"),
+    ],
+)
+def test_bad_workers_settings_are_named(workers: dict[str, Any], problem: str) -> None:
+    import yaml
+
+    from newsletter.config import parse_config
+
+    text = yaml.safe_dump({"workers": workers})
+    with pytest.raises(ConfigError) as e:
+        parse_config(text, "n.yaml")
+    assert problem in str(e.value)
+    assert "n.yaml:2: " in str(e.value)
+
+
+def test_worker_without_a_workers_section_says_what_to_add(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from newsletter.cli import cli
+
+    path = write_config(tmp_path, base_config(f"sqlite:///{tmp_path / 'x.db'}"))
+    result = CliRunner().invoke(cli, ["--config", str(path), "worker"])
+    assert result.exit_code == 1
+    assert "no workers: section" in result.output
