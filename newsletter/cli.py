@@ -1020,9 +1020,16 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     show_default=True,
     help="prefork: one process per chunk at once; solo: this process only (one per container).",
 )
-@click.option("--name", default=None, help="Worker name (default: newsletter-PID@HOST).")
+@click.option(
+    "--name", default=None, help="Worker name; %h is the host name (default: newsletter-PID@%h)."
+)
+@click.option(
+    "--ping",
+    is_flag=True,
+    help="Do not start a worker: exit 0 if the worker called --name answers (a healthcheck).",
+)
 @click.pass_obj
-def worker(obj: Context, concurrency: int | None, pool: str, name: str | None) -> None:
+def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, ping: bool) -> None:
     """Render and send the chunks of editions that 'newsletter send' and the scheduler queue.
 
     Needs a workers: section in the config (broker, queue) and PostgreSQL shared by every
@@ -1039,6 +1046,15 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None) -
                 f"{config.path}: no workers: section; add one (see config/newsletter.example.yaml) "
                 "to send with Celery workers"
             )
+        if ping:
+            from newsletter.workers import node_name, ping_worker
+
+            if not name:
+                fail("--ping needs the --name of the worker to ask")
+            if not ping_worker(config, name):
+                fail(f"worker {node_name(name)} did not answer on the broker")
+            console.print(f"worker {node_name(name)} answered", highlight=False)
+            return
         code = run_worker(config, concurrency=concurrency, pool=pool, name=name)
     sys.exit(code)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -384,6 +383,23 @@ def send_with_workers(
 # ---------------------------------------------------------------------------- the worker
 
 
+def node_name(name: str | None) -> str:
+    """The worker's node name: ``%h`` is this host's name (one per container)."""
+    from celery.utils.nodenames import host_format
+
+    return str(host_format(name or f"newsletter-{os.getpid()}@%h"))
+
+
+def ping_worker(config: Config, name: str, timeout: float = 5.0) -> bool:
+    """Whether the worker called ``name`` answers over the broker (a container healthcheck)."""
+    app = make_app(config)
+    try:
+        replies = app.control.ping(destination=[node_name(name)], timeout=timeout)
+    finally:
+        app.close()
+    return any(node_name(name) in r for r in replies or [])
+
+
 def run_worker(
     config: Config,
     *,
@@ -406,11 +422,10 @@ def run_worker(
         queues=[w.queue],
         concurrency=concurrency or os.cpu_count() or 1,
         pool_cls=pool,
-        hostname=name or f"newsletter-{os.getpid()}@{socket.gethostname()}",
+        hostname=node_name(name),
         loglevel=loglevel,
         without_gossip=True,
         without_mingle=True,
-        without_heartbeat=False,
     )
     worker.start()
     return int(worker.exitcode or 0)
@@ -423,6 +438,8 @@ __all__ = [
     "Progress",
     "enqueue_edition",
     "make_app",
+    "node_name",
+    "ping_worker",
     "run_worker",
     "send_chunk",
     "send_with_workers",
