@@ -33,7 +33,7 @@ from newsletter.models import EditionStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.store import tables as t
-from newsletter.workers import enqueue_edition, send_chunk
+from newsletter.workers import enqueue_edition, ping_worker, send_chunk
 from tests.conftest import SmtpServer, base_config, write_config
 
 REDIS_URL = os.environ.get("NEWSLETTER_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -148,24 +148,28 @@ def test_two_workers_one_killed_mid_chunk_every_subscriber_gets_exactly_one_dige
     tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
 ) -> None:
     config_path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
-    _config, store, ids = prepared(config_path, 2000)
-    victim = start_worker(config_path, f"victim-{queue}@test", tmp_path / "victim.log")
-    survivor = start_worker(config_path, f"survivor-{queue}@test", tmp_path / "survivor.log")
+    config, store, ids = prepared(config_path, 2000)
+    names = {"victim": f"victim-{queue}@%h", "survivor": f"survivor-{queue}@%h"}
+    victim = start_worker(config_path, names["victim"], tmp_path / "victim.log")
+    survivor = start_worker(config_path, names["survivor"], tmp_path / "survivor.log")
     try:
+        ready = time.monotonic() + 40
+        while not all(ping_worker(config, n, timeout=1) for n in names.values()):
+            assert time.monotonic() < ready, (tmp_path / "victim.log").read_text()[-2000:]
         send = subprocess.Popen(
             [sys.executable, "-m", "newsletter", "--config", str(config_path), "send", "--now"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        # kill the victim once it is inside a chunk: it owns a number of editions that is not a
-        # multiple of the chunk size (and it has done at least a few chunks' worth)
+        # kill the victim well inside a chunk (it has finished some of the chunk's editions and
+        # not others) once it has done a couple of chunks
         victim_owner = f":{victim.pid}:"
         deadline = time.monotonic() + 90
         killed_at = None
         while time.monotonic() < deadline:
             mine = sum(1 for o in owners(store).values() if victim_owner in o)
-            if mine >= 100 and mine % 50 not in (0, 49):
+            if mine >= 100 and 10 <= mine % 50 <= 40:
                 victim.send_signal(signal.SIGKILL)
                 killed_at = len(smtp_server.received)
                 break
@@ -177,6 +181,24 @@ def test_two_workers_one_killed_mid_chunk_every_subscriber_gets_exactly_one_dige
         out, _ = send.communicate(timeout=150)
         output = out.decode()
         assert send.returncode == 0, output
+        ping = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "newsletter",
+                "--config",
+                str(config_path),
+                "worker",
+                "--ping",
+                "--name",
+                names["survivor"],
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        assert ping.returncode == 0 and "answered" in ping.stdout, ping.stdout + ping.stderr
+        assert not ping_worker(config, names["victim"], timeout=1)
     finally:
         for p in (victim, survivor):
             if p.poll() is None:
@@ -211,7 +233,11 @@ def test_two_workers_one_killed_mid_chunk_every_subscriber_gets_exactly_one_dige
         for c in chunks
         if len({"victim" if victim_owner in owner_of[i] else "other" for i in c}) == 2
     ]
-    assert mixed, "no chunk was split between the killed worker and the survivor"
+    assert mixed, (
+        "no chunk was split between the killed worker and the survivor: "
+        + str([sum(victim_owner in owner_of[i] for i in c) for c in chunks])
+        + (tmp_path / "survivor.log").read_text()[-3000:]
+    )
     assert "2000" in output and "sent" in output
     store.close()
 
