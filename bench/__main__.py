@@ -9,12 +9,14 @@ machine description and every saved section, so running one benchmark keeps the 
     python -m bench rank       # only bench_rank.py
     python -m bench render     # digest rendering + MIME per subscriber (bench_render.py)
     python -m bench --quick    # smaller sizes, for a smoke test
+    python -m bench scale --subscribers 100000   # options for one benchmark (see its main())
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import platform
 import sys
@@ -76,6 +78,12 @@ def main() -> int:
         action="store_true",
         help="smaller sizes, for a smoke test; results are not saved",
     )
+    parser.add_argument(
+        "--subscribers",
+        type=int,
+        default=None,
+        help="subscribers for the benchmarks that take a size (scale: default 100000)",
+    )
     args = parser.parse_args()
     names = args.names or available()
     unknown = sorted(set(names) - set(available()))
@@ -86,7 +94,11 @@ def main() -> int:
         module = importlib.import_module(f"bench.bench_{name}")
         print(f"== {name}", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        section = module.main(quick=args.quick)
+        options = {"subscribers": args.subscribers} if args.subscribers else {}
+        accepted = inspect.signature(module.main).parameters
+        section = module.main(
+            quick=args.quick, **{k: v for k, v in options.items() if k in accepted}
+        )
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         section = (
             section.rstrip()

@@ -178,6 +178,7 @@ def run_send(
     subscriber_ids: Sequence[int] | None = None,
     claim_lease: timedelta = timedelta(minutes=10),
     claim_clock: Callable[[], datetime] | None = None,
+    builder: EditionBuilder | None = None,
 ) -> SendReport:
     """Send today's edition to every active subscriber who has not had it yet.
 
@@ -188,13 +189,14 @@ def run_send(
     ``subscriber_ids`` limits the run to those subscribers (a worker's chunk). A claim left by an
     interrupted run is taken over once ``claim_lease`` has passed since it was made, measured
     by ``claim_clock`` (default: the run's ``now``; workers pass the wall clock, since every
-    chunk of an edition shares one ``now``).
+    chunk of an edition shares one ``now``). ``builder`` reuses the papers, ranker and templates
+    loaded for an earlier run with the same ``now`` (a worker's next chunk of the same edition).
     """
     from newsletter.schedule import listing_gap
 
     if force and to is None:
         raise ValueError("force re-sends one subscriber's edition: give the address")
-    builder = EditionBuilder(config, store, now)
+    builder = builder or EditionBuilder(config, store, now)
     report = SendReport(dry_run=dry_run)
     owner = run_owner()
     domain = config.settings.sender.message_domain

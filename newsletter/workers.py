@@ -28,7 +28,7 @@ from typing import Any
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.edition import SendReport, edition_date_for, run_send
+from newsletter.edition import EditionBuilder, SendReport, edition_date_for, run_send
 from newsletter.logs import step
 from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
 from newsletter.store import Store
@@ -96,6 +96,7 @@ def register_tasks(app: Any, config: Config) -> Any:
     w = _settings(config)
     stores: dict[int, Store] = {}
     lock = threading.Lock()
+    local = threading.local()  # this thread's EditionBuilder for the edition it works on
 
     def store_for_process() -> Store:
         pid = os.getpid()  # a forked pool child must not share its parent's connections
@@ -112,13 +113,21 @@ def register_tasks(app: Any, config: Config) -> Any:
         topic: str | None = None,
         carried: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        store = store_for_process()
+        key = (os.getpid(), now)
+        if getattr(local, "key", None) != key:  # papers, ranker, templates: once per edition
+            local.key, local.builder = (
+                key,
+                EditionBuilder(config, store, datetime.fromisoformat(now)),
+            )
         outcome = send_chunk(
             config,
-            store_for_process(),
+            store,
             ids,
             datetime.fromisoformat(now),
             topic=topic,
             carried=carried,
+            builder=local.builder,
         )
         if outcome.retry_ids:
             retry_in = w.claim_lease + 1 if outcome.busy else w.retry_delay
@@ -160,6 +169,7 @@ def send_chunk(
     topic: str | None = None,
     carried: dict[str, Any] | None = None,
     mailer_factory: Any = None,
+    builder: EditionBuilder | None = None,
 ) -> ChunkOutcome:
     """One task's work: the edition for these subscribers, through the ledger claim.
 
@@ -175,6 +185,7 @@ def send_chunk(
         mailer_factory=mailer_factory,
         claim_lease=timedelta(seconds=w.claim_lease),
         claim_clock=utcnow,
+        builder=builder,
     )
     result = carried or _empty_counts()
     for key in _COUNTS:
