@@ -431,3 +431,72 @@ def test_worker_without_a_workers_section_says_what_to_add(tmp_path: Path) -> No
     result = CliRunner().invoke(cli, ["--config", str(path), "worker"])
     assert result.exit_code == 1
     assert "no workers: section" in result.output
+
+
+# ---------------------------------------------------------------------------- send and scheduler
+
+
+@pytest.mark.postgres
+def test_send_no_wait_queues_the_chunks_and_records_the_run(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
+) -> None:
+    import redis
+    from click.testing import CliRunner
+
+    from newsletter.cli import cli
+
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
+    _, store, _ = prepared(path, 120)
+    result = CliRunner().invoke(cli, ["--config", str(path), "send", "--now", "--no-wait"])
+    assert result.exit_code == 0, result.output
+    assert f"Queued 120 edition(s) in 3 chunk(s) on queue {queue}" in result.output
+    assert redis.Redis.from_url(REDIS_URL).llen(queue) == 3
+    [run] = store.last_runs(1)
+    assert run.kind == "send" and run.status == "enqueued"
+    assert run.counts["enqueued"] == 120 and run.counts["chunks"] == 3
+    assert smtp_server.received == []  # nothing is sent by the enqueuing process
+    store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_the_scheduler_tick_queues_due_editions_for_a_worker(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
+) -> None:
+    from newsletter.service import make_jobs
+
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
+    config, store, ids = prepared(path, 30)
+    now = utcnow()
+    with store.engine.begin() as conn:  # ten are due now, the others at another hour
+        conn.execute(
+            t.subscribers.update()
+            .where(t.subscribers.c.id.in_(ids[:10]))
+            .values(send_hour=now.hour)
+        )
+        conn.execute(
+            t.subscribers.update()
+            .where(t.subscribers.c.id.in_(ids[10:]))
+            .values(send_hour=(now.hour + 12) % 24)
+        )
+    name = f"tick-{queue}@%h"
+    worker = start_worker(path, name, tmp_path / "worker.log")
+    try:
+        ready = time.monotonic() + 40
+        while not ping_worker(config, name, timeout=1):
+            assert time.monotonic() < ready, (tmp_path / "worker.log").read_text()[-2000:]
+        jobs = make_jobs(config, store, threading.Event())
+        jobs.send_due(now)  # enqueues the due chunk and waits for the worker
+        got = message_ids(smtp_server)
+        assert sorted(got) == [f"s{i:05d}@example.org" for i in range(10)]
+        [run] = store.last_runs(1)
+        assert run.kind == "scheduled" and run.status == "ok"
+        assert run.counts["sent"] == 10 and run.counts["not_due"] == 20
+        jobs.send_due(utcnow())  # the next tick: everything due is settled, nothing is queued
+        [run] = store.last_runs(1)
+        assert run.counts.get("sent", 0) == 0 and run.counts["already"] == 10
+        assert len(smtp_server.received) == 10
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(20)
+        store.close()
