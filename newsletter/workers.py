@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.edition import EditionBuilder, SendReport, edition_date_for, run_send
+from newsletter.errors import NewsletterError
 from newsletter.logs import step
 from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
 from newsletter.store import Store
@@ -51,6 +53,17 @@ _SETTLED = frozenset(
     {EditionStatus.SENT, EditionStatus.SKIPPED, EditionStatus.FAILED, EditionStatus.UNKNOWN}
 )
 _IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
+
+
+class BrokerError(NewsletterError):
+    """The broker cannot be reached, so nothing could be queued."""
+
+    def __init__(self, url: str, cause: Exception) -> None:
+        safe = re.sub(r"://[^@/]*@", "://***@", url)
+        super().__init__(
+            f"cannot queue the edition: the broker at {safe} did not answer ({cause}); start it, "
+            "or fix workers.broker_url / $NEWSLETTER_BROKER_URL"
+        )
 
 
 def _settings(config: Config) -> Any:
@@ -86,6 +99,12 @@ def make_app(config: Config) -> Any:
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         worker_send_task_events=False,
+        task_publish_retry_policy={
+            "max_retries": 3,
+            "interval_start": 0.5,
+            "interval_step": 1,
+            "interval_max": 2,
+        },
     )
     register_tasks(app, config)
     return app
@@ -231,6 +250,18 @@ def _unsettled(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
 # ---------------------------------------------------------------------------- enqueuing
 
 
+def check_broker(app: Any, url: str) -> None:
+    """Fail fast, with a clear error, when the broker or the result store cannot be reached."""
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=5)
+        client = getattr(app.backend, "client", None)
+        if client is not None and hasattr(client, "ping"):
+            client.ping()  # the Redis result store
+    except Exception as e:  # kombu's and redis's connection errors share no base but this
+        raise BrokerError(url, e) from e
+
+
 @dataclass
 class Enqueued:
     now: datetime
@@ -254,14 +285,18 @@ def enqueue_edition(
 ) -> Enqueued:
     """Queue one task per chunk of the subscribers whose edition is to be sent now."""
     w = _settings(config)
+    check_broker(app, w.broker())
     out = Enqueued(now)
     chunk: list[int] = []
 
     def flush() -> None:
         if chunk:
-            result = app.send_task(
-                TASK_NAME, args=[list(chunk), now.isoformat()], kwargs={"topic": topic}
-            )
+            try:
+                result = app.send_task(
+                    TASK_NAME, args=[list(chunk), now.isoformat()], kwargs={"topic": topic}
+                )
+            except Exception as e:  # the broker or the result store went away mid-way
+                raise BrokerError(w.broker(), e) from e
             out.results.append(result)
             chunk.clear()
 
@@ -363,8 +398,32 @@ def send_with_workers(
     app: Any = None,
 ) -> tuple[Enqueued, SendReport | None]:
     """Enqueue the edition's chunks, record the run, and (``wait``) add up what the workers did."""
-    run_id = store.start_run(kind, now)
+    own_app = app is None
     app = app or make_app(config)
+    try:
+        return _send_with_workers(
+            config, store, now, app, kind, to, topic, due, wait, stop, progress, on_enqueued
+        )
+    finally:
+        if own_app:
+            app.close()  # the broker and result connections of this run
+
+
+def _send_with_workers(
+    config: Config,
+    store: Store,
+    now: datetime,
+    app: Any,
+    kind: str,
+    to: str | None,
+    topic: str | None,
+    due: Callable[[Subscriber], bool] | None,
+    wait: bool,
+    stop: threading.Event | None,
+    progress: Callable[[Progress], None] | None,
+    on_enqueued: Callable[[Enqueued], None] | None,
+) -> tuple[Enqueued, SendReport | None]:
+    run_id = store.start_run(kind, now)
     try:
         enqueued = enqueue_edition(config, store, now, app, to=to, topic=topic, due=due)
     except Exception as e:
@@ -444,6 +503,7 @@ def run_worker(
 
 __all__ = [
     "TASK_NAME",
+    "BrokerError",
     "ChunkOutcome",
     "Enqueued",
     "Progress",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import select
 
 from newsletter.clock import utcnow
@@ -500,3 +501,26 @@ def test_the_scheduler_tick_queues_due_editions_for_a_worker(
         worker.send_signal(signal.SIGTERM)
         worker.wait(20)
         store.close()
+
+
+@pytest.mark.postgres
+def test_send_with_the_broker_down_says_so_and_records_the_failed_run(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer
+) -> None:
+    from click.testing import CliRunner
+
+    from newsletter.cli import cli
+
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, "q")
+    data = yaml.safe_load(path.read_text())
+    data["workers"]["broker_url"] = f"redis://:secret@127.0.0.1:{free_port()}/0"
+    path.write_text(yaml.safe_dump(data))
+    _, store, _ = prepared(path, 3)
+    result = CliRunner().invoke(cli, ["--config", str(path), "send", "--now"])
+    assert result.exit_code == 1
+    assert "cannot queue the edition: the broker at redis://***@127.0.0.1:" in result.output
+    assert "secret" not in result.output
+    [run] = store.last_runs(1)
+    assert run.status == "failed" and "could not enqueue" in (run.error or "")
+    assert smtp_server.received == []
+    store.close()
