@@ -301,6 +301,45 @@ def one_message(config: Path) -> bytes:
         store.close()
 
 
+STAGES = (
+    ("papers, ranker, templates (once per run)", "edition.py", "__init__"),
+    ("rank (per subscriber)", "rank.py", "sections"),
+    ("render (HTML + text)", "render.py", "render"),
+    ("build the MIME message", "deliver.py", "build_message"),
+    ("SMTP hand-off", "deliver.py", "send"),
+    ("ledger: claim", "db.py", "claim_edition"),
+    ("ledger: mark sending/sent", "db.py", "mark_edition"),
+    ("ledger: re-read subscriber", "db.py", "subscriber_by_id"),
+)
+
+
+def where_the_time_goes(config: Path, n: int) -> list[tuple[str, float]]:
+    """cProfile of one in-process run_send: cumulative ms per digest of each stage."""
+    import cProfile
+    import pstats
+
+    from newsletter.edition import run_send
+
+    cfg = load_config(config)
+    store = Store(cfg.database_url)
+    try:
+        profile = cProfile.Profile()
+        profile.enable()
+        report = run_send(cfg, store, utcnow())
+        profile.disable()
+    finally:
+        store.close()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in stats.values())  # tottime of everything
+    out = []
+    for label, file, func in STAGES:
+        cum = sum(v[3] for (f, _, name), v in stats.items() if f.endswith(file) and name == func)
+        if cum:
+            out.append((label, 1000 * cum / max(1, report.sent)))
+    out.append(("everything (profiled)", 1000 * total / max(1, report.sent)))
+    return out
+
+
 def _reachable() -> str | None:
     try:
         engine = create_engine(PG_URL, connect_args={"connect_timeout": 3})
@@ -350,6 +389,19 @@ def main(quick: bool, subscribers: int = 100_000) -> str:
                 )
             print(f"  sqlite {size}", file=sys.stderr, flush=True)
             runs.append(run_sqlite(path, sink, size, tmp / f"sqlite-{size}.log"))
+        # --- where the CPU goes: one profiled in-process run on a small database
+        small = min(1000, n)
+        db = tmp / "profile.db"
+        store = Store(f"sqlite:///{db}")
+        store.upgrade()
+        populate(store, small, random.Random(small))
+        store.close()
+        sink = Sink()
+        path = tmp / "profile.yaml"
+        path.write_text(yaml.safe_dump(config_data(f"sqlite:///{db}", sink.port, topic_list)))
+        print(f"  profile {small}", file=sys.stderr, flush=True)
+        stages = where_the_time_goes(path, small)
+        sink.stop()
         # --- PostgreSQL with 1 and 2 workers
         reason = _reachable()
         if reason:
@@ -384,10 +436,18 @@ def main(quick: bool, subscribers: int = 100_000) -> str:
                 client = redis.Redis.from_url(REDIS_URL)
                 for key in client.scan_iter(f"{queue}*"):
                     client.delete(key)
-    return report(n, runs, handoff, msg_size, notes)
+    return report(n, runs, handoff, msg_size, notes, stages, small)
 
 
-def report(n: int, runs: list[Run], handoff: float, msg_size: int, notes: list[str]) -> str:
+def report(
+    n: int,
+    runs: list[Run],
+    handoff: float,
+    msg_size: int,
+    notes: list[str],
+    stages: list[tuple[str, float]],
+    profiled: int,
+) -> str:
     lines = [
         "## Scale: one full edition (rank, render, send to a local sink)",
         "",
@@ -433,6 +493,15 @@ def report(n: int, runs: list[Run], handoff: float, msg_size: int, notes: list[s
             "PostgreSQL, Redis, the sink and the enqueuing process)."
         )
     lines += targets + [f"- {note}" for note in notes]
+    lines += [
+        "",
+        f"Where the CPU goes (cProfile of one in-process run, SQLite, {profiled:,} subscribers; "
+        "profiling inflates every figure, the shares are what matter):",
+        "",
+        "| stage | ms per digest |",
+        "|---|---:|",
+        *(f"| {label} | {ms:.2f} |" for label, ms in stages),
+    ]
     lines.append(
         f"- Load average when the runs ended: {Path('/proc/loadavg').read_text().split()[0]} on {os.cpu_count()} cores."
     )
