@@ -493,6 +493,9 @@ def report(
             "PostgreSQL, Redis, the sink and the enqueuing process)."
         )
     lines += targets + [f"- {note}" for note in notes]
+    lines.append(
+        f"- Load average when the runs ended: {Path('/proc/loadavg').read_text().split()[0]} on {os.cpu_count()} cores."
+    )
     lines += [
         "",
         f"Where the CPU goes (cProfile of one in-process run, SQLite, {profiled:,} subscribers; "
@@ -502,9 +505,6 @@ def report(
         "|---|---:|",
         *(f"| {label} | {ms:.2f} |" for label, ms in stages),
     ]
-    lines.append(
-        f"- Load average when the runs ended: {Path('/proc/loadavg').read_text().split()[0]} on {os.cpu_count()} cores."
-    )
     return "\n".join(lines) + "\n"
 
 
