@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -501,9 +501,18 @@ class Store:
         return {k: tuple(v) for k, v in found.items()}
 
     def iter_subscribers(
-        self, status: SubscriberStatus | None = None, *, batch: int = 1000, email: str | None = None
+        self,
+        status: SubscriberStatus | None = None,
+        *,
+        batch: int = 1000,
+        email: str | None = None,
+        ids: Sequence[int] | None = None,
     ) -> Iterator[list[Subscriber]]:
-        """Subscribers in id order, in batches (memory stays flat however many there are)."""
+        """Subscribers in id order, in batches (memory stays flat however many there are).
+
+        ``ids`` restricts the listing to those subscribers (a worker's chunk; keep it to a few
+        thousand ids).
+        """
         last = 0
         while True:
             with self.engine.connect() as conn:
@@ -512,6 +521,8 @@ class Store:
                     q = q.where(t.subscribers.c.status == status.value)
                 if email is not None:
                     q = q.where(t.subscribers.c.email == email)
+                if ids is not None:
+                    q = q.where(t.subscribers.c.id.in_(list(ids)))
                 rows = conn.execute(q.order_by(t.subscribers.c.id).limit(batch)).all()
                 if not rows:
                     return
@@ -874,12 +885,15 @@ class Store:
         *,
         owner: str,
         lease: timedelta = timedelta(minutes=10),
+        owner_gone: Callable[[str], bool] | None = None,
     ) -> EditionClaim | None:
         """Claim ``(subscriber, edition_date)`` before sending. ``None``: someone else has it.
 
         The claim is one atomic INSERT on the unique ``(subscriber_id, edition_date)``; a claim
-        left in ``claimed`` by an interrupted run is taken over (compare-and-set on owner and
-        time) once its lease has run out, keeping its Message-ID.
+        left in ``claimed`` or ``sending`` by an interrupted run is taken over (compare-and-set
+        on owner and time) once its lease has run out, or at once when ``owner_gone(owner)``
+        says its owner process no longer exists, keeping its Message-ID. ``deferred`` rows (a
+        run stopped before their message went out) are taken over by any later run.
         """
         with self.engine.begin() as conn:
             stmt = (
@@ -911,7 +925,11 @@ class Store:
                 pass  # a temporary failure: any later run retries it
             elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
                 return None
-            elif row.owner != owner and row.claimed > now - lease:
+            elif (
+                row.owner != owner
+                and row.claimed > now - lease
+                and not (owner_gone is not None and owner_gone(row.owner))
+            ):
                 return None  # another run is working on it right now
             took = conn.execute(
                 update(t.editions)
@@ -970,17 +988,116 @@ class Store:
                 )
                 conn.execute(stmt.on_conflict_do_nothing())  # type: ignore[attr-defined]
 
-    def release_edition(self, edition_id: int) -> None:
-        """Give back a claim whose message was never handed to the relay (the relay is down)."""
+    def release_edition(self, edition_id: int, *, error: str | None = None) -> None:
+        """Give back a claim whose message did not go out in this run (relay down, stop).
+
+        A claim never handed to the relay (no attempt yet) is deleted: the next run claims it
+        afresh. One that was tried already (a resumed claim, a retry) becomes ``deferred`` and
+        keeps its Message-ID, so if an earlier attempt did reach the reader, the next one folds
+        with it.
+        """
+        active = [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value]
         with self.engine.begin() as conn:
             conn.execute(
                 delete(t.editions).where(
                     t.editions.c.id == edition_id,
-                    t.editions.c.status.in_(
-                        [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value]
-                    ),
+                    t.editions.c.status.in_(active),
+                    t.editions.c.attempts == 0,
                 )
             )
+            conn.execute(
+                update(t.editions)
+                .where(t.editions.c.id == edition_id, t.editions.c.status.in_(active))
+                .values(status=EditionStatus.DEFERRED.value, last_error=error)
+            )
+
+    def begin_send(self, edition_id: int, subscriber_id: int, owner: str, now: datetime) -> str:
+        """Mark a claimed edition ``sending`` just before it goes to the relay.
+
+        One compare-and-set that also checks, at send time, that the subscriber is still
+        active and that this run still owns the claim. Returns ``"ok"``, ``"inactive"``
+        (unsubscribed or suppressed since the digest was rendered; the edition is then
+        ``skipped``) or ``"lost"`` (another run took the claim over).
+        """
+        e, sub = t.editions, t.subscribers
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(e)
+                .where(
+                    e.c.id == edition_id,
+                    e.c.owner == owner,
+                    e.c.status.in_(
+                        [
+                            EditionStatus.CLAIMED.value,
+                            EditionStatus.SENDING.value,
+                            EditionStatus.UNKNOWN.value,
+                        ]
+                    ),
+                    e.c.subscriber_id.in_(
+                        select(sub.c.id).where(
+                            sub.c.id == subscriber_id,
+                            sub.c.status == SubscriberStatus.ACTIVE.value,
+                        )
+                    ),
+                )
+                .values(status=EditionStatus.SENDING.value, attempts=e.c.attempts + 1, claimed=now)
+            )
+            if res.rowcount == 1:
+                return "ok"
+            active = conn.execute(
+                select(sub.c.status).where(sub.c.id == subscriber_id)
+            ).scalar_one_or_none()
+            if active != SubscriberStatus.ACTIVE.value:
+                conn.execute(
+                    update(e)
+                    .where(e.c.id == edition_id, e.c.owner == owner)
+                    .values(
+                        status=EditionStatus.SKIPPED.value,
+                        finished=now,
+                        last_error="unsubscribed before sending",
+                    )
+                )
+                return "inactive"
+            return "lost"
+
+    def count_sent_since(self, since: datetime) -> int:
+        """Editions handed to the relay since ``since`` (for the per-hour rate limit)."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(t.editions)
+                    .where(
+                        t.editions.c.status == EditionStatus.SENT.value,
+                        t.editions.c.finished >= since,
+                    )
+                ).scalar_one()
+            )
+
+    def delivery_failures(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
+        """``{subscriber id: (permanent failures, the relay's last answer)}``."""
+        out: dict[int, tuple[int, str | None]] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(subscriber_ids), 500):
+                chunk = subscriber_ids[start : start + 500]
+                counts = conn.execute(
+                    select(t.subscribers.c.id, t.subscribers.c.permanent_failures).where(
+                        t.subscribers.c.id.in_(chunk)
+                    )
+                ).all()
+                last = dict(
+                    conn.execute(
+                        select(t.editions.c.subscriber_id, t.editions.c.last_error)
+                        .where(
+                            t.editions.c.subscriber_id.in_(chunk),
+                            t.editions.c.status == EditionStatus.FAILED.value,
+                        )
+                        .order_by(t.editions.c.id)
+                    ).all()
+                )
+                for sid, n in counts:
+                    out[sid] = (int(n or 0), last.get(sid))
+        return out
 
     def editions_on(
         self, edition_date: date, status: EditionStatus | None = None
