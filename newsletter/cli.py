@@ -655,7 +655,14 @@ def subscribers_add(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
-    """List subscribers with their status and topics."""
+    """List subscribers with their status and topics.
+
+    Suppressed addresses (mail to them failed permanently ``delivery.suppress_after`` times)
+    also show their failure count and the relay's last answer:
+
+    \b
+    newsletter subscribers list --status suppressed
+    """
     with errors():
         store = obj.store()
         rows = [
@@ -663,6 +670,9 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
             for batch in store.iter_subscribers(SubscriberStatus(status) if status else None)
             for s in batch
         ]
+        failures = store.delivery_failures(
+            [s.id for s in rows if s.status is SubscriberStatus.SUPPRESSED]
+        )
     if as_json:
         click.echo(
             json.dumps(
@@ -674,6 +684,14 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
                         "topics": list(s.topics),
                         "timezone": s.timezone,
                     }
+                    | (
+                        {
+                            "permanent_failures": failures[s.id][0],
+                            "last_error": failures[s.id][1],
+                        }
+                        if s.id in failures
+                        else {}
+                    )
                     for s in rows
                 ],
                 indent=2,
@@ -691,6 +709,18 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
         )
         return
     table = Table()
+    if status == SubscriberStatus.SUPPRESSED.value:
+        for col in ("email", "failures", "relay's last answer"):
+            table.add_column(col, overflow="fold")
+        for s in rows:
+            count, answer = failures.get(s.id, (0, None))
+            table.add_row(s.email, str(count), answer or "")
+        console.print(table)
+        console.print(
+            "Suppressed addresses get no mail. After fixing the address: "
+            "newsletter subscribers remove EMAIL, then add it again."
+        )
+        return
     for col in ("email", "name", "status", "topics", "timezone", "since"):
         table.add_column(col)
     for s in rows:

@@ -90,7 +90,9 @@ class RateLimiter:
         *,
         already_this_hour: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.sleep = sleep
         self.interval = 1.0 / per_second if per_second else 0.0
         self.per_hour = per_hour
         self.clock = clock
@@ -115,7 +117,7 @@ class RateLimiter:
         while (left := slot - self.clock()) > 0:
             if aborted():
                 return False
-            time.sleep(min(left, 0.2))
+            self.sleep(min(left, 0.2))
         return not aborted()
 
     def slow_down(self, pause: float) -> None:
@@ -174,6 +176,8 @@ class SendPool:
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.relay_error: str | None = None
         self.crash: BaseException | None = None
+        self._probe_lock = threading.Lock()
+        self._probed = threading.Event()
         smtp = config.settings.smtp
         size = self.delivery.queue_size or 2 * smtp.pool_size
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=size)
@@ -238,23 +242,39 @@ class SendPool:
                     continue
                 if mailer is None:
                     mailer = self.factory()
-                try:
-                    self._deliver(mailer, job)
-                except RelayError as e:
-                    with self._record_lock:
-                        if self.relay_error is None:
-                            self.relay_error = str(e)
-                    self.abort.set()
-                    self._release(job, str(e))
-                except BaseException as e:  # a bug: stop the run, re-raised by close()
-                    log.exception("sender crashed on the edition for %s", job.subscriber.email)
-                    with self._record_lock:
-                        self.crash = self.crash or e
-                    self.abort.set()
-                    self._release(job, f"internal error: {e}")
+                if not self._probed.is_set():
+                    # The run's first message goes alone: if the relay is unreachable or refuses
+                    # the login, that is one connection attempt and one error, not pool_size.
+                    with self._probe_lock:
+                        if not self._probed.is_set():
+                            try:
+                                self._handle(mailer, job)
+                            finally:
+                                self._probed.set()
+                            continue
+                self._handle(mailer, job)
         finally:
             if mailer is not None:
                 mailer.close()
+
+    def _handle(self, mailer: Mailer, job: Job) -> None:
+        if self._aborted():
+            self._release(job)
+            return
+        try:
+            self._deliver(mailer, job)
+        except RelayError as e:
+            with self._record_lock:
+                if self.relay_error is None:
+                    self.relay_error = str(e)
+            self.abort.set()
+            self._release(job, str(e))
+        except BaseException as e:  # a bug: stop the run, re-raised by close()
+            log.exception("sender crashed on the edition for %s", job.subscriber.email)
+            with self._record_lock:
+                self.crash = self.crash or e
+            self.abort.set()
+            self._release(job, f"internal error: {e}")
 
     def _note(self, outcome: Outcome, job: Job, error: str | None = None) -> None:
         with self._record_lock:
