@@ -380,3 +380,40 @@ def test_subscriber_ids_restrict_the_run(
     rest = run_send(config, store, NOW)
     assert rest.sent == 2 and rest.already == 2
     assert server.count_by_rcpt() == dict.fromkeys(PEOPLE, 1)
+
+
+def test_send_command_shows_a_summary_and_status_shows_the_run(
+    world: Callable[..., tuple[Config, Store, FaultServer]], tmp_path: Path
+) -> None:
+    def plan(stage: str, rcpt: str | None) -> Fault | None:
+        return Fault("550 5.1.1 user unknown") if (stage, rcpt) == ("RCPT", CY) else None
+
+    world(plan)
+    path = str(tmp_path / "newsletter.yaml")
+    result = CliRunner().invoke(cli, ["--config", path, "send", "--now"])
+    assert result.exit_code == 1, result.output  # a failed edition: non-zero for cron
+    flat = " ".join(result.output.split())
+    assert "sent │ 3" in flat and "failed │ 1" in flat and "messages/s" in flat
+    assert "550 5.1.1 user unknown" in flat and CY in flat
+    status = CliRunner().invoke(cli, ["--config", path, "status", "--json"])
+    [run] = json.loads(status.stdout)["runs"]
+    assert run["kind"] == "send" and run["counts"]["sent"] == 3 and run["counts"]["failed"] == 1
+    assert run["duration"] is not None and run["duration"] >= 0
+    assert "550 5.1.1" in run["error"]
+    text = CliRunner().invoke(cli, ["--config", path, "status"])
+    assert "Recent runs" in text.stdout and "sent 3" in " ".join(text.stdout.split())
+
+
+def test_progress_lines_say_sent_failed_remaining_and_rate() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from newsletter.cli import SendProgress
+
+    out = StringIO()
+    report = SendReport(total=10, considered=4, sent=3, failed=1)
+    with SendProgress(Console(file=out, width=120), every=0) as progress:
+        progress(report)
+    line = out.getvalue()
+    assert "sent 3, failed 1, remaining 6" in line and "msg/s" in line
