@@ -32,6 +32,7 @@ from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.sending import Job, Outcome, SendPool, owner_gone
 from newsletter.store import Store
+from newsletter.store.db import EditionClaim
 from newsletter.tokens import Purpose, Tokens
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ def run_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+CLAIM_CHUNK = 50
+"""Subscribers claimed per ledger transaction."""
 MAX_ERRORS = 100
 """Error lines kept in a report (the ledger keeps every one)."""
 
@@ -299,11 +302,15 @@ def run_send(
                 continue
             sent_ids = store.sent_paper_ids([s.id for s in batch])
             last = store.last_sent([s.id for s in batch]) if skip_quiet and not force else {}
+            claims: dict[int, EditionClaim | None] = {}
             for sub in batch:
                 if (stop is not None and stop.is_set()) or (
                     pool is not None and pool.abort.is_set()
                 ):
                     report.stopped = pool is None or pool.relay_error is None
+                    for left in claims.values():  # claimed here, never queued: give them back
+                        if left is not None:
+                            store.release_edition(left.id, error="the run stopped before sending")
                     return report
                 report.considered += 1
                 edition_date = edition_date_for(sub, now)
@@ -322,15 +329,23 @@ def run_send(
                     )
                     exclude = sent_ids[sub.id] - set(earlier)
                 else:
-                    maybe = store.claim_edition(
-                        sub.id,
-                        edition_date,
-                        make_message_id(domain),
-                        clock(),
-                        owner=owner,
-                        lease=lease,
-                        owner_gone=owner_gone,
-                    )
+                    if sub.id not in claims:
+                        # Claim the next few subscribers in one transaction (one writer lock
+                        # instead of one per subscriber); still claimed before anything is sent.
+                        at = batch.index(sub)
+                        chunk = batch[at : at + CLAIM_CHUNK]
+                        got = store.claim_editions(
+                            [
+                                (c.id, edition_date_for(c, now), make_message_id(domain))
+                                for c in chunk
+                            ],
+                            clock(),
+                            owner=owner,
+                            lease=lease,
+                            owner_gone=owner_gone,
+                        )
+                        claims = dict(zip([c.id for c in chunk], got, strict=True))
+                    maybe = claims.pop(sub.id)
                     if maybe is None:
                         report.already += 1
                         continue

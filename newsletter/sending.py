@@ -40,7 +40,7 @@ from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionStatus, Subscriber
 from newsletter.render import RenderedDigest
 from newsletter.store import Store
-from newsletter.store.db import EditionClaim
+from newsletter.store.db import EditionClaim, LedgerOp
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,75 @@ longer active at send time), ``lost`` (another run took the claim), ``released``
 RecordFn = Callable[[Outcome, Job, str | None], None]
 
 
+class _Pending:
+    __slots__ = ("done", "error", "op", "result")
+
+    def __init__(self, op: LedgerOp) -> None:
+        self.op = op
+        self.done = threading.Event()
+        self.result: str | bool | None = None
+        self.error: BaseException | None = None
+
+
+class LedgerWriter:
+    """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
+
+    A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
+    the relay sees the message" and "recorded ``sent`` before the next message on that
+    connection" both hold; batching only merges the commits of senders that are waiting at the
+    same moment (group commit). On SQLite this also keeps the database to two writers (this
+    thread and the claiming one) instead of one per connection.
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], *, max_batch: int = 64) -> None:
+        self.store = store
+        self.clock = clock
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self._thread.start()
+
+    def call(self, op: LedgerOp) -> str | bool | None:
+        pending = _Pending(op)
+        self._queue.put(pending)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            try:
+                results = self.store.apply_ledger([p.op for p in batch], self.clock())
+            except BaseException as e:  # every waiting sender sees the error
+                for p in batch:
+                    p.error = e
+            else:
+                for p, r in zip(batch, results, strict=True):
+                    p.result = r
+            finally:
+                for p in batch:
+                    p.done.set()
+
+
 class SendPool:
     """``smtp.pool_size`` sender threads behind a bounded queue; see the module docstring."""
 
@@ -183,6 +252,7 @@ class SendPool:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=size)
         hour = store.count_sent_since(clock() - timedelta(hours=1)) if smtp.rate_per_hour else 0
         self.limiter = RateLimiter(smtp.rate_per_second, smtp.rate_per_hour, already_this_hour=hour)
+        self.ledger = LedgerWriter(store, clock)
         self._threads = [
             threading.Thread(target=self._run, name=f"smtp-sender-{i}", daemon=True)
             for i in range(smtp.pool_size)
@@ -215,6 +285,7 @@ class SendPool:
                         break
         for th in self._threads:
             th.join()
+        self.ledger.close()
         while True:  # senders that died left jobs behind: give them back
             try:
                 job = self._queue.get_nowait()
@@ -296,7 +367,7 @@ class SendPool:
             if self._aborted():
                 self._release(job)
                 return
-            began = self.store.begin_send(claim.id, sub.id, self.owner, self.clock())
+            began = self.ledger.call(LedgerOp("begin", claim.id, sub.id, self.owner))
             if began == "inactive":
                 self._note("unsubscribed", job)
                 return
@@ -307,8 +378,10 @@ class SendPool:
                 mailer.send(job.envelope)
             except DeliveryError as e:
                 if e.ambiguous:
-                    self.store.mark_edition(
-                        claim.id, EditionStatus.UNKNOWN, self.clock(), error=e.reason
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark", claim.id, sub.id, status=EditionStatus.UNKNOWN, error=e.reason
+                        )
                     )
                     if d.on_unknown == "resend" and not resent:
                         resent = True
@@ -331,16 +404,26 @@ class SendPool:
                     continue
                 tries = f" (after {attempt} tries)" if attempt > 1 else ""
                 error = f"{e.stage or 'SMTP'}: {e.reason}{tries}"
-                self.store.mark_edition(claim.id, EditionStatus.FAILED, self.clock(), error=error)
-                suppressed = (
+                self.ledger.call(
+                    LedgerOp("mark", claim.id, sub.id, status=EditionStatus.FAILED, error=error)
+                )
+                suppressed = bool(
                     not e.temporary
                     and e.stage == "RCPT"
-                    and self.store.record_permanent_failure(sub.id, d.suppress_after, self.clock())
+                    and self.ledger.call(
+                        LedgerOp("permanent_failure", subscriber_id=sub.id, limit=d.suppress_after)
+                    )
                 )
                 self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
                 return
-            self.store.mark_edition(
-                claim.id, EditionStatus.SENT, self.clock(), paper_ids=job.paper_ids
+            self.ledger.call(
+                LedgerOp(
+                    "mark",
+                    claim.id,
+                    sub.id,
+                    status=EditionStatus.SENT,
+                    paper_ids=job.paper_ids,
+                )
             )
             self._note("sent", job)
             return
