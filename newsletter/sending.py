@@ -150,10 +150,11 @@ RecordFn = Callable[[Outcome, Job, str | None], None]
 
 
 class _Pending:
-    __slots__ = ("done", "error", "op", "result")
+    __slots__ = ("done", "error", "op", "posted", "result")
 
-    def __init__(self, op: LedgerOp) -> None:
+    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
         self.op = op
+        self.posted = posted
         self.done = threading.Event()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
@@ -174,20 +175,36 @@ class LedgerWriter:
         self.clock = clock
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self.failed: BaseException | None = None
+        """The error of a posted write nobody waited for; raised by the next call."""
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
     def call(self, op: LedgerOp) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before)."""
         pending = _Pending(op)
         self._queue.put(pending)
         pending.done.wait()
+        self._raise_failed()
         if pending.error is not None:
             raise pending.error
         return pending.result
 
+    def post(self, op: LedgerOp) -> None:
+        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
+        :meth:`call` (its next ``begin``) returns only after this one is committed too: a
+        connection never has more than one accepted-but-unrecorded message."""
+        self._raise_failed()
+        self._queue.put(_Pending(op, posted=True))
+
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self.failed is not None:
+            raise self.failed
 
     def _run(self) -> None:
         stopping = False
@@ -210,6 +227,8 @@ class LedgerWriter:
             except BaseException as e:  # every waiting sender sees the error
                 for p in batch:
                     p.error = e
+                if any(p.posted for p in batch):
+                    self.failed = self.failed or e
             else:
                 for p, r in zip(batch, results, strict=True):
                     p.result = r
@@ -416,7 +435,7 @@ class SendPool:
                 )
                 self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
                 return
-            self.ledger.call(
+            self.ledger.post(
                 LedgerOp(
                     "mark",
                     claim.id,
