@@ -9,11 +9,8 @@ grow with their number.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -30,7 +27,7 @@ from newsletter.deliver import (
 from newsletter.models import Digest, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
-from newsletter.sending import Job, Outcome, SendPool, owner_gone
+from newsletter.sending import Job, Outcome, SendPool, owner_gone, run_owner
 from newsletter.store import Store
 from newsletter.store.db import EditionClaim
 from newsletter.tokens import Purpose, Tokens
@@ -41,10 +38,6 @@ log = logging.getLogger(__name__)
 def edition_date_for(subscriber: Subscriber, now: datetime) -> date:
     """The edition date is the subscriber's local calendar date."""
     return now.astimezone(ZoneInfo(subscriber.timezone)).date()
-
-
-def run_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 CLAIM_CHUNK = 50

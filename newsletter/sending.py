@@ -29,6 +29,7 @@ import random
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,9 +48,19 @@ log = logging.getLogger(__name__)
 HOST = socket.gethostname()
 
 
+PROCESS = uuid.uuid4().hex[:8]
+"""This process's incarnation: a restarted container often gets the same pid and host name."""
+
+
+def run_owner() -> str:
+    """A run's name in the ledger: ``host:pid:process.run``."""
+    return f"{HOST}:{os.getpid()}:{PROCESS}.{uuid.uuid4().hex[:8]}"
+
+
 def owner_gone(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``, see :func:`newsletter.edition.run_owner`) names
-    a process on this host that no longer exists: its claims can be resumed at once."""
+    """True when ``owner`` (see :func:`run_owner`) names a process on this host that no longer
+    exists: its claims can be resumed at once. Owners on other hosts are never "gone" (their
+    claims wait for ``delivery.claim_lease``)."""
     parts = owner.rsplit(":", 2)
     if len(parts) != 3 or parts[0] != HOST:
         return False
@@ -58,7 +69,8 @@ def owner_gone(owner: str) -> bool:
     except ValueError:
         return False
     if pid == os.getpid():
-        return False
+        # Our own pid: one of our runs, or an earlier process that had the same pid.
+        return parts[2].split(".")[0] != PROCESS
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

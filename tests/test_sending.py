@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from newsletter.deliver import is_temporary, is_throttle
-from newsletter.sending import RateLimiter, backoff, owner_gone
+from newsletter.sending import RateLimiter, backoff, owner_gone, run_owner
 
 
 class FakeTime:
@@ -112,7 +112,9 @@ def test_owner_gone_only_for_a_dead_process_on_this_host() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()  # reaped: the pid no longer exists
     assert owner_gone(f"{host}:{proc.pid}:abcd1234")
-    assert not owner_gone(f"{host}:{os.getpid()}:abcd1234")  # this very process
+    assert not owner_gone(run_owner())  # this very process
+    # same host and pid, another incarnation (a restarted container): gone
+    assert owner_gone(f"{host}:{os.getpid()}:0000ffff.abcd1234")
     assert not owner_gone(f"{host}:1:abcd1234")  # alive (init)
     assert not owner_gone(f"other-host.example:{proc.pid}:abcd1234")  # cannot know: lease
     assert not owner_gone("garbage")
