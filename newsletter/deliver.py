@@ -23,7 +23,7 @@ from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from newsletter.addresses import format_address
 from newsletter.config import Settings, SmtpSettings
@@ -233,7 +233,12 @@ class SmtpMailer:
         conn.stage, conn.final_dot_sent = "MAIL", False
         rcpt = envelope.recipient
         try:
-            conn.sendmail(envelope.sender, [rcpt], envelope.data)
+            options: list[str] = []
+            if not (envelope.sender + rcpt).isascii():
+                conn.ehlo_or_helo_if_needed()
+                if conn.has_extn("smtputf8"):  # else smtplib refuses: a permanent failure below
+                    options.append("SMTPUTF8")
+            conn.sendmail(envelope.sender, [rcpt], envelope.data, mail_options=options)
         except smtplib.SMTPRecipientsRefused as e:
             code, resp = e.recipients[rcpt]
             self._fail(rcpt, "RCPT", code, _reply_text(resp), e, drop=is_temporary(code))
@@ -243,33 +248,47 @@ class SmtpMailer:
             self._fail(rcpt, "DATA", e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
         except smtplib.SMTPResponseException as e:
             self._fail(rcpt, conn.stage, e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
-        except (smtplib.SMTPServerDisconnected, OSError) as e:
-            dot, stage, reused = conn.final_dot_sent, conn.stage, self._sent_on_conn > 0
+        except smtplib.SMTPServerDisconnected as e:
+            self._lost(rcpt, conn, e)
+        except (smtplib.SMTPException, UnicodeError) as e:  # e.g. a non-ASCII address, no SMTPUTF8
             self._drop()
-            if dot:
-                raise DeliveryError(
-                    rcpt,
-                    f"connection lost after the final '.' with no reply ({e}); the relay may "
-                    "have accepted the message",
-                    code=None,
-                    temporary=True,
-                    stage="DATA",
-                    ambiguous=True,
-                ) from e
-            if reused and stage == "MAIL":
-                raise _ClosedWhileIdle from e
             raise DeliveryError(
                 rcpt,
-                f"connection lost at {stage} before the end of DATA: {e}",
+                f"cannot send at {conn.stage}: {e}",
+                code=None,
+                temporary=False,
+                stage=conn.stage,
+            ) from e
+        except OSError as e:
+            self._lost(rcpt, conn, e)
+        self._sent_on_conn += 1
+
+    def _lost(self, rcpt: str, conn: _Tracking, e: Exception) -> NoReturn:
+        dot, stage, reused = conn.final_dot_sent, conn.stage, self._sent_on_conn > 0
+        self._drop()
+        if dot:
+            raise DeliveryError(
+                rcpt,
+                f"connection lost after the final '.' with no reply ({e}); the relay may "
+                "have accepted the message",
                 code=None,
                 temporary=True,
-                stage=stage,
+                stage="DATA",
+                ambiguous=True,
             ) from e
-        self._sent_on_conn += 1
+        if reused and stage == "MAIL":
+            raise _ClosedWhileIdle from e
+        raise DeliveryError(
+            rcpt,
+            f"connection lost at {stage} before the end of DATA: {e}",
+            code=None,
+            temporary=True,
+            stage=stage,
+        ) from e
 
     def _fail(
         self, rcpt: str, stage: str, code: int, text: str, cause: Exception, *, drop: bool
-    ) -> None:
+    ) -> NoReturn:
         if drop:
             self._drop()
         raise DeliveryError(

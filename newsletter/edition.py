@@ -78,6 +78,8 @@ class SendReport:
     relay_error: str | None = None
     not_due: int = 0
     """Subscribers skipped because their edition is not due now (scheduled runs)."""
+    other_topics: int = 0
+    """Subscribers left out because they do not follow the run's ``topic``."""
     no_listing: int = 0
     no_listing_reason: str | None = None
     stopped: bool = False
@@ -90,7 +92,9 @@ class SendReport:
 
     @property
     def remaining(self) -> int | None:
-        return None if self.total is None else max(0, self.total - self.considered)
+        if self.total is None:
+            return None
+        return max(0, self.total - self.considered - self.not_due - self.other_topics)
 
     @property
     def rate(self) -> float:
@@ -286,7 +290,9 @@ def run_send(
     try:
         for batch in _batches(store, to, subscriber_ids):
             if topic is not None:
-                batch = [s for s in batch if topic in s.topics]
+                following = [s for s in batch if topic in s.topics]
+                report.other_topics += len(batch) - len(following)
+                batch = following
             if due is not None:
                 wanted = [s for s in batch if due(s)]
                 report.not_due += len(batch) - len(wanted)

@@ -316,7 +316,10 @@ class SendPool:
                         break
         for th in self._threads:
             th.join()
-        self.ledger.close()
+        try:
+            self.ledger.close()
+        except BaseException as e:
+            self.crash = self.crash or e
         while True:  # senders that died left jobs behind: give them back
             try:
                 job = self._queue.get_nowait()
@@ -383,7 +386,12 @@ class SendPool:
             self._record(outcome, job, error)
 
     def _release(self, job: Job, error: str | None = None) -> None:
-        self.store.release_edition(job.claim.id, error=error or "the run stopped before sending")
+        try:
+            self.store.release_edition(
+                job.claim.id, error=error or "the run stopped before sending"
+            )
+        except Exception:  # the database is failing too: the claim's lease will free it
+            log.exception("could not give back the edition for %s", job.subscriber.email)
         self._note("released", job, error)
 
     def _deliver(self, mailer: Mailer, job: Job) -> None:

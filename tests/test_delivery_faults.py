@@ -417,3 +417,13 @@ def test_progress_lines_say_sent_failed_remaining_and_rate() -> None:
         progress(report)
     line = out.getvalue()
     assert "sent 3, failed 1, remaining 6" in line and "msg/s" in line
+
+
+def test_a_non_ascii_address_goes_out_with_smtputf8(
+    world: Callable[..., tuple[Config, Store, FaultServer]],
+) -> None:
+    config, store, server = world()
+    store.add_subscriber("josé@example.org", topics=["gpu-kernels"], now=NOW)
+    report = run_send(config, store, NOW)
+    assert report.failed == 0 and report.sent == 5
+    assert server.count_by_rcpt()["josé@example.org"] == 1
