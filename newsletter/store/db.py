@@ -156,6 +156,7 @@ class Store:
                 Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(self.url, **engine_kw)
         self.engine = engine
+        self._sent_papers_stmt: Insert | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
 
@@ -215,6 +216,12 @@ class Store:
 
     def _safe_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    def _sent_papers_insert(self) -> Insert:
+        """``INSERT … ON CONFLICT DO NOTHING`` into ``sent_papers``, built once per store."""
+        if self._sent_papers_stmt is None:
+            self._sent_papers_stmt = self._insert(t.sent_papers).on_conflict_do_nothing()  # type: ignore[attr-defined]
+        return self._sent_papers_stmt
 
     def _insert(self, table: Table) -> Insert:
         if self.dialect == "postgresql":
@@ -1055,7 +1062,7 @@ class Store:
             )
             if status is EditionStatus.SENT and paper_ids:
                 conn.execute(
-                    self._insert(t.sent_papers).on_conflict_do_nothing(),  # type: ignore[attr-defined]
+                    self._sent_papers_insert(),
                     [
                         {"subscriber_id": subscriber_id, "paper_id": pid, "edition_id": edition_id}
                         for pid in paper_ids
