@@ -21,9 +21,11 @@ import pytest
 
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
-from newsletter.edition import SendReport, run_send
+from newsletter.edition import SendReport
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
+from newsletter.runs import send_step
+from newsletter.scheduler import due_filter
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.smtpfaults import FaultServer, fault_server
@@ -135,12 +137,22 @@ def test_scheduler_and_manual_send_at_the_same_moment_send_one_digest_each(
     stores = [Store(config.database_url), Store(config.database_url)]
     start = threading.Barrier(2)
     reports: list[SendReport] = []
+    at_seven = NOW.replace(hour=7)  # schedule.send_hour: everyone is due
 
-    def run(s: Store) -> None:
+    def scheduled(s: Store) -> None:  # what the scheduler's tick runs
         start.wait()
-        reports.append(run_send(config, s, NOW))
+        reports.append(
+            send_step(config, s, at_seven, kind="scheduled", due=due_filter(config, at_seven))
+        )
 
-    threads = [threading.Thread(target=run, args=(s,)) for s in stores]
+    def manual(s: Store) -> None:  # what 'newsletter send --now' runs
+        start.wait()
+        reports.append(send_step(config, s, at_seven))
+
+    threads = [
+        threading.Thread(target=scheduled, args=(stores[0],)),
+        threading.Thread(target=manual, args=(stores[1],)),
+    ]
     try:
         for th in threads:
             th.start()
@@ -152,5 +164,5 @@ def test_scheduler_and_manual_send_at_the_same_moment_send_one_digest_each(
         store.close()
     counts = sink.count_by_rcpt()
     assert len(counts) == 40 and set(counts.values()) == {1}
-    assert sum(r.sent for r in reports) == 40
+    assert len(reports) == 2 and sum(r.sent for r in reports) == 40
     assert sum(r.already for r in reports) == 40  # each subscriber: one run sent, one saw the claim
