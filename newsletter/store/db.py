@@ -157,6 +157,7 @@ class Store:
             engine = create_engine(self.url, **engine_kw)
         self.engine = engine
         self._sent_papers_stmt: Insert | None = None
+        self._claim_stmt: Insert | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
 
@@ -216,6 +217,17 @@ class Store:
 
     def _safe_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    def _claim_insert(self) -> Insert:
+        """The claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING``, built once per store."""
+        if self._claim_stmt is None:
+            e = t.editions
+            self._claim_stmt = (
+                self._insert(e)
+                .on_conflict_do_nothing(index_elements=["subscriber_id", "edition_date"])  # type: ignore[attr-defined]
+                .returning(e.c.id, e.c.subscriber_id, e.c.edition_date)
+            )
+        return self._claim_stmt
 
     def _sent_papers_insert(self) -> Insert:
         """``INSERT … ON CONFLICT DO NOTHING`` into ``sent_papers``, built once per store."""
@@ -947,32 +959,29 @@ class Store:
         """
         if not wanted:
             return []
-        e = t.editions
         order = sorted(range(len(wanted)), key=lambda k: (wanted[k][0], wanted[k][1]))
         out: list[EditionClaim | None] = [None] * len(wanted)
         with self.engine.begin() as conn:
-            stmt = (
-                self._insert(e)
-                .values(
-                    [
-                        {
-                            "subscriber_id": wanted[k][0],
-                            "edition_date": wanted[k][1],
-                            "status": EditionStatus.CLAIMED.value,
-                            "message_id": wanted[k][2],
-                            "claimed": now,
-                            "owner": owner,
-                            "attempts": 0,
-                            "item_count": 0,
-                            "forced": False,
-                        }
-                        for k in order
-                    ]
-                )
-                .on_conflict_do_nothing(index_elements=["subscriber_id", "edition_date"])  # type: ignore[attr-defined]
-                .returning(e.c.id, e.c.subscriber_id, e.c.edition_date)
+            # executemany with RETURNING ("insertmanyvalues"): one cached statement, rows sent
+            # as multi-row INSERTs in the order given
+            rows = conn.execute(
+                self._claim_insert(),
+                [
+                    {
+                        "subscriber_id": wanted[k][0],
+                        "edition_date": wanted[k][1],
+                        "status": EditionStatus.CLAIMED.value,
+                        "message_id": wanted[k][2],
+                        "claimed": now,
+                        "owner": owner,
+                        "attempts": 0,
+                        "item_count": 0,
+                        "forced": False,
+                    }
+                    for k in order
+                ],
             )
-            inserted = {(r.subscriber_id, r.edition_date): r.id for r in conn.execute(stmt)}
+            inserted = {(r.subscriber_id, r.edition_date): r.id for r in rows}
             for k in order:
                 sid, day, mid = wanted[k]
                 eid = inserted.get((sid, day))
