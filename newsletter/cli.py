@@ -371,6 +371,11 @@ def send(
     newsletter send --now --to ada@example.org  one subscriber
     newsletter send --now --topic moe           followers of one topic, that topic only
     newsletter send --now --to ada@example.org --force   re-send today's edition to one address
+
+    Progress (sent, failed, remaining, rate) goes to stderr, a summary table to stdout. Exit
+    status 1: an edition failed (see the list, or 'newsletter status'); 2: the relay could not
+    be used and the run stopped. Safe to run again at any time: each subscriber gets one
+    edition per day (docs/delivery.md).
     """
     if not now_flag:
         fail(
