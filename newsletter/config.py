@@ -123,6 +123,30 @@ class SmtpSettings(_Strict):
         return os.environ.get(self.password_env)
 
 
+class DeliverySettings(_Strict):
+    """How the ledger treats relay answers: retries, the RFC 1047 window, suppression, leases."""
+
+    attempts: int = Field(default=4, ge=1, le=20)
+    """Tries per message in one run for temporary failures (4xx, 552, dropped connections)."""
+    retry_delay: float = Field(default=5.0, ge=0)
+    """Seconds before the second try; each further try waits twice as long (with jitter)."""
+    retry_max_delay: float = Field(default=120.0, ge=0)
+    """No single wait between tries is longer than this."""
+    throttle_retries: int = Field(default=20, ge=0, le=1000)
+    """Throttling replies (454, "too many", "rate limit") per message that slow the sender down
+    instead of counting as failures; beyond this they count as temporary failures."""
+    on_unknown: Literal["resend", "hold"] = "resend"
+    """Connection lost after the final dot with no reply: ``resend`` once with the same
+    Message-ID (mail clients fold the pair), or ``hold`` (leave it ``unknown`` for the operator)."""
+    suppress_after: int = Field(default=3, ge=1, le=100)
+    """Permanent failures (5xx to RCPT) after which the address is suppressed."""
+    claim_lease: float = Field(default=600.0, gt=0)
+    """Seconds a run's claim on an edition is respected by other runs. A claim whose owner
+    process is gone (same host) is taken over at once; one from another host after this."""
+    queue_size: int = Field(default=0, ge=0, le=10000)
+    """Rendered messages waiting for a connection (0: twice ``smtp.pool_size``); bounds memory."""
+
+
 SourceKind = Literal["arxiv_rss", "arxiv_api", "hf_daily", "feed"]
 
 
@@ -539,6 +563,7 @@ class Settings(_Strict):
     inbound: InboundSettings = Field(default_factory=InboundSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dkim: DkimSettings | None = None
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
 
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:
@@ -794,6 +819,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DatabaseSettings",
+    "DeliverySettings",
     "DigestSettings",
     "FetchTime",
     "InboundSettings",
