@@ -382,6 +382,11 @@ def send(
     With a workers: section in the config, the editions are queued in chunks for the Celery
     workers ('newsletter worker') instead of being sent from this process; --to, --force and
     --dry-run still run here.
+
+    Progress (sent, failed, remaining, rate) goes to stderr, a summary table to stdout. Exit
+    status 1: an edition failed (see the list, or 'newsletter status'); 2: the relay could not
+    be used and the run stopped. Safe to run again at any time: each subscriber gets one
+    edition per day (docs/delivery.md).
     """
     if not now_flag:
         fail(
@@ -434,16 +439,18 @@ def do_send(
         print_fetch_report(fetch_step(config, store, now))
     if config.settings.workers is not None and to is None and not dry_run:
         return send_by_workers(config, store, now, topic=topic, wait=wait)
-    report = send_step(
-        config,
-        store,
-        now,
-        to=to,
-        topic=topic,
-        force=force,
-        dry_run=dry_run,
-        keep_rendered=keep_rendered,
-    )
+    with SendProgress(err_console, enabled=not dry_run) as progress:
+        report = send_step(
+            config,
+            store,
+            now,
+            to=to,
+            topic=topic,
+            force=force,
+            dry_run=dry_run,
+            keep_rendered=keep_rendered,
+            progress=progress,
+        )
     print_send_report(report)
     return report
 
@@ -512,6 +519,72 @@ def send_by_workers(
     return report
 
 
+class SendProgress:
+    """Live progress of a send on stderr: sent, failed, remaining, rate.
+
+    On a terminal a progress bar redrawn a few times a second; otherwise (cron, systemd, a
+    pipe) one plain line every ``every`` seconds, so long runs show they are alive in logs.
+    """
+
+    def __init__(self, console: Console, *, enabled: bool = True, every: float = 10.0) -> None:
+        import time
+
+        self.console = console
+        self.enabled = enabled
+        self.every = every
+        self._time = time.monotonic
+        self._last = self._time()
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> SendProgress:
+        if self.enabled and self.console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("sending"),
+                BarColumn(),
+                TextColumn("{task.fields[line]}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("send", total=None, line="starting")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    @staticmethod
+    def line(report: Any) -> str:
+        remaining = report.remaining
+        return (
+            f"sent {report.sent}, failed {report.failed}, "
+            f"remaining {'?' if remaining is None else remaining}, {report.rate:.1f} msg/s"
+        )
+
+    def __call__(self, report: Any) -> None:
+        if not self.enabled:
+            return
+        if self._progress is not None:
+            now = self._time()
+            if now - self._last >= 0.1:
+                self._last = now
+                self._progress.update(
+                    self._task,
+                    total=report.total,
+                    completed=report.considered,
+                    line=self.line(report),
+                )
+            return
+        now = self._time()
+        if now - self._last >= self.every:
+            self._last = now
+            self.console.print(f"sending: {self.line(report)}", highlight=False)
+
+
 def print_send_report(report: Any) -> None:
     dates = ", ".join(sorted(d.isoformat() for d in report.dates)) or "today"
     if report.dry_run:
@@ -522,22 +595,32 @@ def print_send_report(report: Any) -> None:
             console.print(f"  {addr}: {rendered.subject}", highlight=False)
         return
     table = Table(title=f"Edition {dates}", title_justify="left")
-    for col in ("subscribers", "sent", "already sent", "empty", "failed", "suppressed"):
-        table.add_column(col, justify="right")
-    table.add_row(
-        *(
-            str(x)
-            for x in (
-                report.considered,
-                report.sent,
-                report.already,
-                report.empty,
-                report.failed,
-                report.suppressed,
-            )
-        )
-    )
+    table.add_column("subscribers")
+    table.add_column("count", justify="right")
+    rows: list[tuple[str, int, bool]] = [
+        # (label, value, shown even when zero)
+        ("considered", report.considered, True),
+        ("sent", report.sent, True),
+        ("already sent", report.already, True),
+        ("empty (nothing new)", report.empty, False),
+        ("failed", report.failed, True),
+        ("  of which now suppressed", report.suppressed, False),
+        ("unknown (line dropped after the final dot)", report.unknown, False),
+        ("re-sent after an unknown, same Message-ID", report.resent, False),
+        ("unsubscribed before sending", report.unsubscribed, False),
+        ("given back unsent (next run sends them)", report.released, False),
+        ("resumed from an interrupted run", report.resumed, False),
+        ("retries (4xx, dropped connections)", report.retried, False),
+        ("slowed down by the relay", report.throttled, False),
+    ]
+    for label, value, always in rows:
+        if always or value:
+            table.add_row(label, str(value))
     console.print(table)
+    console.print(
+        f"Took {report.duration:.1f} s ({report.rate:.1f} messages/s).",
+        highlight=False,
+    )
     if report.considered == 0:
         console.print(
             "No active subscribers. Add one: newsletter subscribers add EMAIL --topic NAME"
@@ -558,6 +641,10 @@ def print_send_report(report: Any) -> None:
         )
     for e in report.errors:
         console.print(f"  failed: {e}", highlight=False)
+    if report.more_errors:
+        console.print(
+            f"  ... and {report.more_errors} more (newsletter status; the ledger has each one)"
+        )
     if report.relay_error:
         err_console.print(
             f"[bold red]error:[/] {report.relay_error}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
@@ -750,7 +837,14 @@ def subscribers_add(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
-    """List subscribers with their status and topics."""
+    """List subscribers with their status and topics.
+
+    Suppressed addresses (mail to them failed permanently ``delivery.suppress_after`` times)
+    also show their failure count and the relay's last answer:
+
+    \b
+    newsletter subscribers list --status suppressed
+    """
     with errors():
         store = obj.store()
         rows = [
@@ -758,6 +852,9 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
             for batch in store.iter_subscribers(SubscriberStatus(status) if status else None)
             for s in batch
         ]
+        failures = store.delivery_failures(
+            [s.id for s in rows if s.status is SubscriberStatus.SUPPRESSED]
+        )
     if as_json:
         click.echo(
             json.dumps(
@@ -769,6 +866,14 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
                         "topics": list(s.topics),
                         "timezone": s.timezone,
                     }
+                    | (
+                        {
+                            "permanent_failures": failures[s.id][0],
+                            "last_error": failures[s.id][1],
+                        }
+                        if s.id in failures
+                        else {}
+                    )
                     for s in rows
                 ],
                 indent=2,
@@ -786,6 +891,18 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
         )
         return
     table = Table()
+    if status == SubscriberStatus.SUPPRESSED.value:
+        for col in ("email", "failures", "relay's last answer"):
+            table.add_column(col, overflow="fold")
+        for s in rows:
+            count, answer = failures.get(s.id, (0, None))
+            table.add_row(s.email, str(count), answer or "")
+        console.print(table)
+        console.print(
+            "Suppressed addresses get no mail. After fixing the address: "
+            "newsletter subscribers remove EMAIL, then add it again."
+        )
+        return
     for col in ("email", "name", "status", "topics", "timezone", "since"):
         table.add_column(col)
     for s in rows:
@@ -1174,6 +1291,16 @@ def sink(maildir: Path, port: int) -> None:
             pass
 
 
+def _took(run: Any) -> float | None:
+    """Seconds a recorded run took (``None`` while it runs)."""
+    measured = run.counts.get("duration")
+    if isinstance(measured, int | float) and not isinstance(measured, bool):
+        return float(measured)
+    if run.finished is None:
+        return None
+    return round(float((run.finished - run.started).total_seconds()), 3)
+
+
 def main() -> None:
     cli(prog_name="newsletter")
 
@@ -1222,6 +1349,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                             "status": r.status,
                             "counts": r.counts,
                             "error": r.error,
+                            "duration": _took(r),
                         }
                         for r in runs
                     ],
@@ -1253,11 +1381,23 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             highlight=False,
         )
     table = Table(title="Recent runs", title_justify="left")
-    for col in ("started (UTC)", "kind", "status", "counts", "error"):
+    for col in ("started (UTC)", "kind", "status", "took", "counts", "error"):
         table.add_column(col)
     for r in runs:
-        counts = ", ".join(f"{k} {v}" for k, v in r.counts.items() if v and v is not True)
-        table.add_row(f"{r.started:%Y-%m-%d %H:%M}", r.kind, r.status, counts, (r.error or "")[:80])
+        counts = ", ".join(
+            f"{k} {v}"
+            for k, v in r.counts.items()
+            if v and v is not True and k != "duration" and not isinstance(v, float)
+        )
+        took = _took(r)
+        table.add_row(
+            f"{r.started:%Y-%m-%d %H:%M}",
+            r.kind,
+            r.status,
+            "" if took is None else f"{took:.1f} s",
+            counts,
+            (r.error or "")[:80],
+        )
     if runs:
         console.print(table)
     else:

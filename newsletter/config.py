@@ -125,6 +125,30 @@ class SmtpSettings(_Strict):
         return os.environ.get(self.password_env)
 
 
+class DeliverySettings(_Strict):
+    """How the ledger treats relay answers: retries, the RFC 1047 window, suppression, leases."""
+
+    attempts: int = Field(default=4, ge=1, le=20)
+    """Tries per message in one run for temporary failures (4xx, 552, dropped connections)."""
+    retry_delay: float = Field(default=5.0, ge=0)
+    """Seconds before the second try; each further try waits twice as long (with jitter)."""
+    retry_max_delay: float = Field(default=120.0, ge=0)
+    """No single wait between tries is longer than this."""
+    throttle_retries: int = Field(default=20, ge=0, le=1000)
+    """Throttling replies (454, "too many", "rate limit") per message that slow the sender down
+    instead of counting as failures; beyond this they count as temporary failures."""
+    on_unknown: Literal["resend", "hold"] = "resend"
+    """Connection lost after the final dot with no reply: ``resend`` once with the same
+    Message-ID (mail clients fold the pair), or ``hold`` (leave it ``unknown`` for the operator)."""
+    suppress_after: int = Field(default=3, ge=1, le=100)
+    """Permanent failures (5xx to RCPT) after which the address is suppressed."""
+    claim_lease: float = Field(default=600.0, gt=0)
+    """Seconds a run's claim on an edition is respected by other runs. A claim whose owner
+    process is gone (same host) is taken over at once; one from another host after this."""
+    queue_size: int = Field(default=0, ge=0, le=10000)
+    """Rendered messages waiting for a connection (0: twice ``smtp.pool_size``); bounds memory."""
+
+
 SourceKind = Literal["arxiv_rss", "arxiv_api", "hf_daily", "feed"]
 
 
@@ -547,11 +571,9 @@ class WorkersSettings(_Strict):
     visibility_timeout: int = Field(default=3600, ge=1)
     """Seconds (Redis broker): a task not acknowledged by then is given to another worker; this
     is how a chunk of a worker that died is picked up again. Keep it above a chunk's run time."""
-    claim_lease: int = Field(default=600, ge=1)
-    """Seconds after which an edition claimed by a worker that died may be taken over (same
-    Message-ID). Keep it above the time one message can take (``smtp.timeout``)."""
     retry_delay: int = Field(default=60, ge=1)
-    """Seconds before a chunk is tried again after the relay failed or editions were busy."""
+    """Seconds before a chunk is tried again after the relay failed. (A dead worker's claimed
+    editions are taken over after ``delivery.claim_lease``, keeping their Message-ID.)"""
 
     @field_validator("broker_url", "result_backend")
     @classmethod
@@ -600,6 +622,7 @@ class Settings(_Strict):
     dkim: DkimSettings | None = None
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
 
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:
@@ -759,17 +782,19 @@ def _cross_check(settings: Settings, lines: Mapping[Loc, int], file: str) -> lis
         elif source.date_from and source.date_to and source.date_from > source.date_to:
             add(("sources", i, "date_to"), "date_to is before date_from")
     w = settings.workers
-    if w is not None and w.claim_lease <= settings.smtp.timeout:
+    lease = settings.delivery.claim_lease
+    if w is not None and lease <= settings.smtp.timeout:
         add(
-            ("workers", "claim_lease"),
-            f"{w.claim_lease} s is not longer than smtp.timeout ({settings.smtp.timeout:g} s): "
-            "another worker could take over a message still being sent; raise it",
+            ("delivery", "claim_lease"),
+            f"{lease:g} s is not longer than smtp.timeout ({settings.smtp.timeout:g} s): with "
+            "workers, another worker could take over a message still being sent; raise it",
         )
-    if w is not None and w.visibility_timeout <= max(w.claim_lease, w.retry_delay):
+    if w is not None and w.visibility_timeout <= max(lease, w.retry_delay):
         add(
             ("workers", "visibility_timeout"),
-            f"{w.visibility_timeout} s must be longer than claim_lease ({w.claim_lease} s) and "
-            f"retry_delay ({w.retry_delay} s): a chunk waiting to retry would be handed out twice",
+            f"{w.visibility_timeout} s must be longer than delivery.claim_lease ({lease:g} s) "
+            f"and workers.retry_delay ({w.retry_delay} s): a chunk waiting to retry would be "
+            "handed out twice",
         )
     seen_emails: dict[str, int] = {}
     for i, sub in enumerate(settings.subscribers):
@@ -885,6 +910,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DatabaseSettings",
+    "DeliverySettings",
     "DigestSettings",
     "FetchTime",
     "InboundSettings",

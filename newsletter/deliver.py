@@ -3,30 +3,36 @@
 :func:`build_message` turns a rendered digest into RFC 5322 bytes with the list headers mail
 providers expect (RFC 2369 / RFC 8058 one-click unsubscribe). :class:`SmtpMailer` hands
 messages to any relay (plain, STARTTLS or implicit TLS; AUTH) over one reused connection and
-turns every failure into a :class:`DeliveryError` (one message) or a :class:`RelayError`
-(the relay itself is unusable: stop the run).
+turns every failure into a :class:`DeliveryError` (one message: temporary, permanent, throttled,
+or ambiguous when the line dropped after the final dot) or a :class:`RelayError` (the relay
+itself is unusable: stop the run). The pool, rate limit, retries and ledger outcomes live in
+:mod:`newsletter.sending`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import smtplib
 import ssl
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email import policy
 from email.utils import format_datetime, parseaddr
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import SenderSettings, Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.mime import DigestMessage, MimeWriter, header_address
 from newsletter.render import DigestLinks, RenderedDigest
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
 
@@ -135,12 +141,72 @@ def _reply_text(resp: bytes | str) -> str:
     return (resp.decode("utf-8", "replace") if isinstance(resp, bytes) else resp).strip()
 
 
+_THROTTLE = re.compile(r"rate.?limit|too many|throttl|slow down|exceeded", re.IGNORECASE)
+
+
+def is_throttle(code: int, text: str) -> bool:
+    """454, or a temporary reply that says the sender goes too fast: slow down, not a failure."""
+    return code == 454 or (400 <= code < 500 and bool(_THROTTLE.search(text)))
+
+
+def is_temporary(code: int) -> bool:
+    """4xx, and 552 (mailbox full: RFC 5321 lets relays treat it as temporary)."""
+    return 400 <= code < 500 or code == 552
+
+
+class _Tracking(smtplib.SMTP):
+    """``smtplib.SMTP`` that remembers how far the transaction got.
+
+    ``stage`` is the last command sent (``MAIL``, ``RCPT``, ``DATA``); ``final_dot_sent`` is true
+    once the message and its final ``.`` were written to the socket, before the reply is read. A
+    connection lost after that point is RFC 1047's window: the relay may have taken the message.
+    """
+
+    stage = "CONNECT"
+    final_dot_sent = False
+    _in_data = False
+
+    def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
+        self.stage = "MAIL"
+        self.final_dot_sent = False
+        return super().mail(sender, options)
+
+    def rcpt(self, recip: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
+        self.stage = "RCPT"
+        return super().rcpt(recip, options)
+
+    def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
+        self.stage = "DATA"
+        self._in_data = True
+        try:
+            return super().data(msg)
+        finally:
+            self._in_data = False
+
+    def send(self, s: ReadableBuffer | str) -> None:
+        super().send(s)
+        if self._in_data and isinstance(s, bytes | bytearray) and bytes(s[-5:]) == b"\r\n.\r\n":
+            self.final_dot_sent = True
+
+
+class _TrackingSSL(_Tracking, smtplib.SMTP_SSL):
+    """Implicit TLS (port 465) with the same tracking."""
+
+
 class SmtpMailer:
-    """One reused connection to the relay; reconnects when the relay closed it."""
+    """One connection to the relay, reused for every message; reopened when the relay closed it.
+
+    A pool of N connections is N mailers (see :mod:`newsletter.sending`). ``send`` raises
+    :class:`DeliveryError` for one message (``stage``, ``temporary``, ``throttled`` and
+    ``ambiguous`` say what happened) and :class:`RelayError` when the relay cannot be used at
+    all (unreachable, TLS failure, login refused). After any failure of a message the
+    connection is dropped, so a retry starts on a fresh one.
+    """
 
     def __init__(self, smtp: SmtpSettings) -> None:
         self.smtp = smtp
-        self._conn: smtplib.SMTP | None = None
+        self._conn: _Tracking | None = None
+        self._sent_on_conn = 0
 
     def __enter__(self) -> SmtpMailer:
         return self
@@ -151,89 +217,157 @@ class SmtpMailer:
     def _where(self) -> str:
         return f"{self.smtp.host}:{self.smtp.port}"
 
-    def connect(self) -> smtplib.SMTP:
+    def connect(self) -> _Tracking:
         s = self.smtp
+        conn: _Tracking | None = None
         try:
-            conn: smtplib.SMTP
             if s.security == "tls":
-                conn = smtplib.SMTP_SSL(
+                conn = _TrackingSSL(
                     s.host, s.port, timeout=s.timeout, context=ssl.create_default_context()
                 )
             else:
-                conn = smtplib.SMTP(s.host, s.port, timeout=s.timeout)
+                conn = _Tracking(s.host, s.port, timeout=s.timeout)
                 if s.security == "starttls":
                     conn.starttls(context=ssl.create_default_context())
             if s.username:
                 conn.login(s.username, s.password() or "")
         except smtplib.SMTPAuthenticationError as e:
+            _close_quietly(conn)
             raise RelayError(
                 f"relay {self._where()} refused the login for {s.username!r}: "
                 f"{e.smtp_code} {_reply_text(e.smtp_error)}; check smtp.username and ${s.password_env}"
             ) from e
-        except ssl.SSLError as e:
+        except smtplib.SMTPNotSupportedError as e:
+            _close_quietly(conn)
             raise RelayError(
-                f"TLS with relay {self._where()} failed: {e}; check smtp.security"
+                f"relay {self._where()} does not offer {'STARTTLS' if s.security == 'starttls' else 'AUTH'}: "
+                f"{e}; check smtp.security and smtp.username"
+            ) from e
+        except (ssl.SSLError, ssl.CertificateError) as e:
+            _close_quietly(conn)
+            raise RelayError(
+                f"TLS with relay {self._where()} failed: {e}; check smtp.security and the relay's certificate"
             ) from e
         except (OSError, smtplib.SMTPException) as e:
+            _close_quietly(conn)
             raise RelayError(
                 f"cannot reach the relay at {self._where()}: {e}; check smtp.host and smtp.port"
             ) from e
+        self._sent_on_conn = 0
         return conn
 
     def send(self, envelope: Envelope) -> None:
+        try:
+            self._send_once(envelope)
+        except _ClosedWhileIdle:
+            # The relay closed a connection we had not used for a while (idle timeout): that is
+            # not the message's fault. Reopen once and send; a second failure counts.
+            self._drop()
+            self._send_once(envelope)
+
+    def _send_once(self, envelope: Envelope) -> None:
         if self._conn is None:
             self._conn = self.connect()
+        conn = self._conn
+        conn.stage, conn.final_dot_sent = "MAIL", False
+        rcpt = envelope.recipient
         try:
-            recipient, utf8 = envelope_address(envelope.recipient)
-            refused = self._conn.sendmail(
-                envelope.sender, [recipient], envelope.data, ["SMTPUTF8"] if utf8 else []
-            )
-        except smtplib.SMTPNotSupportedError as e:
-            raise DeliveryError(
-                envelope.recipient,
-                "the relay does not support SMTPUTF8, needed for this address's non-ASCII "
-                "local part",
-                code=None,
-                temporary=False,
-            ) from e
+            wire_rcpt, utf8 = envelope_address(rcpt)  # an IDN domain goes out as xn--
+            options: list[str] = []
+            if utf8 or not envelope.sender.isascii():
+                conn.ehlo_or_helo_if_needed()
+                if not conn.has_extn("smtputf8"):
+                    raise DeliveryError(
+                        rcpt,
+                        "the relay does not support SMTPUTF8, needed for this address's "
+                        "non-ASCII local part",
+                        code=None,
+                        temporary=False,
+                        stage="MAIL",
+                    )
+                options.append("SMTPUTF8")
+            conn.sendmail(envelope.sender, [wire_rcpt], envelope.data, mail_options=options)
         except InvalidAddress as e:
-            raise DeliveryError(envelope.recipient, str(e), code=None, temporary=False) from e
+            raise DeliveryError(rcpt, str(e), code=None, temporary=False, stage="RCPT") from e
         except smtplib.SMTPRecipientsRefused as e:
             code, resp = next(iter(e.recipients.values()))
-            raise DeliveryError(
-                envelope.recipient,
-                f"{code} {_reply_text(resp)}",
-                code=code,
-                temporary=400 <= code < 500,
-            ) from e
+            self._fail(rcpt, "RCPT", code, _reply_text(resp), e, drop=is_temporary(code))
+        except smtplib.SMTPSenderRefused as e:
+            self._fail(rcpt, "MAIL", e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
+        except smtplib.SMTPDataError as e:
+            self._fail(rcpt, "DATA", e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
         except smtplib.SMTPResponseException as e:
+            self._fail(rcpt, conn.stage, e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
+        except smtplib.SMTPServerDisconnected as e:
+            self._lost(rcpt, conn, e)
+        except (smtplib.SMTPException, UnicodeError) as e:  # e.g. a non-ASCII address, no SMTPUTF8
             self._drop()
             raise DeliveryError(
-                envelope.recipient,
-                f"{e.smtp_code} {_reply_text(e.smtp_error)}",
-                code=e.smtp_code,
-                temporary=400 <= e.smtp_code < 500 or e.smtp_code == 552,
+                rcpt,
+                f"cannot send at {conn.stage}: {e}",
+                code=None,
+                temporary=False,
+                stage=conn.stage,
             ) from e
-        except (TimeoutError, smtplib.SMTPServerDisconnected, ConnectionError, OSError) as e:
-            self._drop()
+        except OSError as e:
+            self._lost(rcpt, conn, e)
+        self._sent_on_conn += 1
+
+    def _lost(self, rcpt: str, conn: _Tracking, e: Exception) -> NoReturn:
+        dot, stage, reused = conn.final_dot_sent, conn.stage, self._sent_on_conn > 0
+        self._drop()
+        if dot:
             raise DeliveryError(
-                envelope.recipient, f"connection lost: {e}", code=None, temporary=True
+                rcpt,
+                f"connection lost after the final '.' with no reply ({e}); the relay may "
+                "have accepted the message",
+                code=None,
+                temporary=True,
+                stage="DATA",
+                ambiguous=True,
             ) from e
-        if refused:  # pragma: no cover - single recipient: refusal raises above
-            raise DeliveryError(envelope.recipient, str(refused), code=None, temporary=False)
+        if reused and stage == "MAIL":
+            raise _ClosedWhileIdle from e
+        raise DeliveryError(
+            rcpt,
+            f"connection lost at {stage} before the end of DATA: {e}",
+            code=None,
+            temporary=True,
+            stage=stage,
+        ) from e
+
+    def _fail(
+        self, rcpt: str, stage: str, code: int, text: str, cause: Exception, *, drop: bool
+    ) -> NoReturn:
+        if drop:
+            self._drop()
+        raise DeliveryError(
+            rcpt,
+            f"{code} {text}",
+            code=code,
+            temporary=is_temporary(code),
+            stage=stage,
+            throttled=is_throttle(code, text),
+        ) from cause
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+        conn, self._conn = self._conn, None
+        _close_quietly(conn)
 
     def close(self) -> None:
-        if self._conn is not None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
             try:
-                self._conn.quit()
+                conn.quit()
             except (smtplib.SMTPException, OSError):
-                pass
-            finally:
-                self._conn = None
+                _close_quietly(conn)
+
+
+class _ClosedWhileIdle(Exception):
+    """A reused connection was found closed before the message was sent (internal)."""
+
+
+def _close_quietly(conn: smtplib.SMTP | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(OSError):
+            conn.close()

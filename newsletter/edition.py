@@ -1,17 +1,16 @@
 """The composition root: one edition per subscriber and date, end to end.
 
 For each due subscriber: claim the ledger row ``(subscriber, edition_date)`` → rank → render →
-build → check the subscriber is still active → hand to the relay → record. Subscribers are
-streamed in batches, so memory does not grow with their number.
+build → (sender pool) check the subscriber is still active → hand to the relay → record.
+Subscribers are streamed in batches and messages wait in a bounded queue, so memory does not
+grow with their number.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -20,18 +19,18 @@ from zoneinfo import ZoneInfo
 from newsletter.config import Config
 from newsletter.deliver import (
     Envelope,
-    Mailer,
     MailerFactory,
     SmtpMailer,
     build_message,
     make_message_id,
 )
-from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import Digest, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
+from newsletter.sending import Job, Outcome, SendPool, owner_gone, run_owner
 from newsletter.signing import DkimSigner, maybe_sign
 from newsletter.store import Store
+from newsletter.store.db import EditionClaim
 from newsletter.tokens import Purpose, Tokens
 
 log = logging.getLogger(__name__)
@@ -42,32 +41,73 @@ def edition_date_for(subscriber: Subscriber, now: datetime) -> date:
     return now.astimezone(ZoneInfo(subscriber.timezone)).date()
 
 
-def run_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+CLAIM_CHUNK = 50
+"""Subscribers claimed per ledger transaction."""
+MAX_ERRORS = 100
+"""Error lines kept in a report (the ledger keeps every one)."""
 
 
 @dataclass
 class SendReport:
     dates: set[date] = field(default_factory=set)
     considered: int = 0
+    total: int | None = None
+    """Active subscribers this run may consider (for 'remaining'); None when unknown."""
     sent: int = 0
     already: int = 0
     """Subscribers whose edition for the date was already sent, skipped or in progress elsewhere."""
     empty: int = 0
     failed: int = 0
     suppressed: int = 0
+    """Addresses suppressed in this run (their failure is counted in ``failed`` too)."""
+    unknown: int = 0
+    """Editions left ``unknown``: the line dropped after the final dot (and not re-sent)."""
+    resent: int = 0
+    """``unknown`` editions re-sent once with the same Message-ID."""
+    retried: int = 0
+    """Retries after temporary failures (4xx, drops)."""
+    throttled: int = 0
+    """Throttling replies that slowed the sender down."""
+    unsubscribed: int = 0
+    """Not sent: the subscriber left after the digest was rendered (checked at send time)."""
+    released: int = 0
+    """Claims given back unsent (the relay failed or the run was stopped); the next run does them."""
     resumed: int = 0
     dry_run: bool = False
     errors: list[str] = field(default_factory=list)
+    more_errors: int = 0
     relay_error: str | None = None
     not_due: int = 0
     """Subscribers skipped because their edition is not due now (scheduled runs)."""
+    other_topics: int = 0
+    """Subscribers left out because they do not follow the run's ``topic``."""
     no_listing: int = 0
     no_listing_reason: str | None = None
     stopped: bool = False
-    """The run was asked to stop (SIGTERM) and finished the message in flight first."""
+    """The run was asked to stop (SIGTERM) and finished the messages in flight first."""
     rendered: list[tuple[str, RenderedDigest]] = field(default_factory=list)
     """(address, digest) for dry runs and for the demo's 'open this in a browser'."""
+    started: float = field(default_factory=time.monotonic)
+    duration: float = 0.0
+    """Seconds the run took (set when it ends)."""
+
+    @property
+    def remaining(self) -> int | None:
+        if self.total is None:
+            return None
+        return max(0, self.total - self.considered - self.not_due - self.other_topics)
+
+    @property
+    def rate(self) -> float:
+        """Messages sent per second so far."""
+        elapsed = (self.duration or (time.monotonic() - self.started)) or 1e-9
+        return self.sent / elapsed
+
+    def error(self, line: str) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(line)
+        else:
+            self.more_errors += 1
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -77,11 +117,18 @@ class SendReport:
             "empty": self.empty,
             "failed": self.failed,
             "suppressed": self.suppressed,
+            "unknown": self.unknown,
+            "resent": self.resent,
+            "retried": self.retried,
+            "throttled": self.throttled,
+            "unsubscribed": self.unsubscribed,
+            "released": self.released,
             "resumed": self.resumed,
             "not_due": self.not_due,
             "no_listing": self.no_listing,
             "stopped": self.stopped,
             "dry_run": self.dry_run,
+            "duration": round(self.duration, 3),
         }
 
 
@@ -154,11 +201,44 @@ class EditionBuilder:
 
 
 def _batches(
-    store: Store, to: str | None, subscriber_ids: Sequence[int] | None = None
+    store: Store, to: str | None, subscriber_ids: Sequence[int] | None
 ) -> Iterator[list[Subscriber]]:
-    yield from store.iter_subscribers(
-        SubscriberStatus.ACTIVE, email=to, batch=500, ids=subscriber_ids
-    )
+    if subscriber_ids is None:
+        yield from store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=500)
+        return
+    ids = sorted(set(subscriber_ids))
+    for start in range(0, len(ids), 500):
+        yield from store.iter_subscribers(
+            SubscriberStatus.ACTIVE, email=to, batch=500, ids=ids[start : start + 500]
+        )
+
+
+def _tally(report: SendReport, outcome: Outcome, job: Job, error: str | None, keep: int) -> None:
+    """Count one sender outcome in the report (called under the pool's lock)."""
+    if outcome == "sent":
+        report.sent += 1
+        if job.rendered is not None and len(report.rendered) < keep:
+            report.rendered.append((job.subscriber.email, job.rendered))
+    elif outcome in ("failed", "suppressed"):
+        report.failed += 1
+        report.suppressed += outcome == "suppressed"
+        report.error(error or job.subscriber.email)
+        log.warning("edition for %s failed: %s", job.subscriber.email, error)
+    elif outcome == "unknown":
+        report.unknown += 1
+        report.error(error or job.subscriber.email)
+    elif outcome == "resent":
+        report.resent += 1
+    elif outcome == "retried":
+        report.retried += 1
+    elif outcome == "throttled":
+        report.throttled += 1
+    elif outcome == "unsubscribed":
+        report.unsubscribed += 1
+    elif outcome == "lost":
+        report.already += 1
+    elif outcome == "released":
+        report.released += 1
 
 
 def run_send(
@@ -176,21 +256,25 @@ def run_send(
     progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
     subscriber_ids: Sequence[int] | None = None,
-    claim_lease: timedelta = timedelta(minutes=10),
     claim_clock: Callable[[], datetime] | None = None,
     builder: EditionBuilder | None = None,
 ) -> SendReport:
     """Send today's edition to every active subscriber who has not had it yet.
 
-    ``to`` limits the run to one address, ``topic`` to the followers of one topic (their digest
-    then holds only that topic), ``due`` to the subscribers whose edition is due (the
-    scheduler's filter). ``force`` re-sends today's edition to ``to``, marked as forced.
-    ``stop`` is checked between messages: a SIGTERM finishes the message in flight, then stops.
-    ``subscriber_ids`` limits the run to those subscribers (a worker's chunk). A claim left by an
-    interrupted run is taken over once ``claim_lease`` has passed since it was made, measured
-    by ``claim_clock`` (default: the run's ``now``; workers pass the wall clock, since every
-    chunk of an edition shares one ``now``). ``builder`` reuses the papers, ranker and templates
-    loaded for an earlier run with the same ``now`` (a worker's next chunk of the same edition).
+    ``to`` limits the run to one address, ``subscriber_ids`` to those subscribers (a worker's
+    chunk), ``topic`` to the followers of one topic (their digest then holds only that topic),
+    ``due`` to the subscribers whose edition is due (the scheduler's filter). ``force`` re-sends
+    today's edition to ``to``, marked as forced. ``stop`` is checked between messages: a SIGTERM
+    finishes the messages in flight, gives the queued ones back to the ledger, then stops.
+
+    This thread claims, ranks, renders and builds; a :class:`~newsletter.sending.SendPool` of
+    ``smtp.pool_size`` connections sends and records each outcome. ``progress`` is called on
+    this thread with the report as it fills.
+
+    ``claim_clock`` stamps the claims (default: ``now`` plus the time this run has taken);
+    workers pass the wall clock, since every chunk of an edition shares one ``now``.
+    ``builder`` reuses the papers, ranker and templates loaded for an earlier run with the same
+    ``now`` (a worker's next chunk of the same edition).
     """
     from newsletter.schedule import listing_gap
 
@@ -198,15 +282,29 @@ def run_send(
         raise ValueError("force re-sends one subscriber's edition: give the address")
     builder = builder or EditionBuilder(config, store, now)
     report = SendReport(dry_run=dry_run)
+    if to is None and subscriber_ids is None:
+        report.total = store.count_subscribers(SubscriberStatus.ACTIVE)
+    elif subscriber_ids is not None:
+        report.total = len(set(subscriber_ids))
     owner = run_owner()
     domain = config.settings.sender.message_domain
-    mailer: Mailer | None = None
     factory = mailer_factory or (lambda: SmtpMailer(config.settings.smtp))
     skip_quiet = config.settings.schedule.no_listing == "skip"
+    lease = timedelta(seconds=config.settings.delivery.claim_lease)
+    t0 = time.monotonic()
+
+    def clock() -> datetime:
+        if claim_clock is not None:
+            return claim_clock()
+        return now + timedelta(seconds=time.monotonic() - t0)
+
+    pool: SendPool | None = None
     try:
         for batch in _batches(store, to, subscriber_ids):
             if topic is not None:
-                batch = [s for s in batch if topic in s.topics]
+                following = [s for s in batch if topic in s.topics]
+                report.other_topics += len(batch) - len(following)
+                batch = following
             if due is not None:
                 wanted = [s for s in batch if due(s)]
                 report.not_due += len(batch) - len(wanted)
@@ -215,9 +313,15 @@ def run_send(
                 continue
             sent_ids = store.sent_paper_ids([s.id for s in batch])
             last = store.last_sent([s.id for s in batch]) if skip_quiet and not force else {}
+            claims: dict[int, EditionClaim | None] = {}
             for sub in batch:
-                if stop is not None and stop.is_set():
-                    report.stopped = True
+                if (stop is not None and stop.is_set()) or (
+                    pool is not None and pool.abort.is_set()
+                ):
+                    report.stopped = pool is None or pool.relay_error is None
+                    for left in claims.values():  # claimed here, never queued: give them back
+                        if left is not None:
+                            store.release_edition(left.id, error="the run stopped before sending")
                     return report
                 report.considered += 1
                 edition_date = edition_date_for(sub, now)
@@ -232,18 +336,27 @@ def run_send(
                     continue
                 if force:
                     claim, earlier = store.force_edition(
-                        sub.id, edition_date, make_message_id(domain), now, owner=owner
+                        sub.id, edition_date, make_message_id(domain), clock(), owner=owner
                     )
                     exclude = sent_ids[sub.id] - set(earlier)
                 else:
-                    maybe = store.claim_edition(
-                        sub.id,
-                        edition_date,
-                        make_message_id(domain),
-                        now if claim_clock is None else claim_clock(),
-                        owner=owner,
-                        lease=claim_lease,
-                    )
+                    if sub.id not in claims:
+                        # Claim the next few subscribers in one transaction (one writer lock
+                        # instead of one per subscriber); still claimed before anything is sent.
+                        at = batch.index(sub)
+                        chunk = batch[at : at + CLAIM_CHUNK]
+                        got = store.claim_editions(
+                            [
+                                (c.id, edition_date_for(c, now), make_message_id(domain))
+                                for c in chunk
+                            ],
+                            clock(),
+                            owner=owner,
+                            lease=lease,
+                            owner_gone=owner_gone,
+                        )
+                        claims = dict(zip([c.id for c in chunk], got, strict=True))
+                    maybe = claims.pop(sub.id)
                     if maybe is None:
                         report.already += 1
                         continue
@@ -251,7 +364,7 @@ def run_send(
                 report.resumed += int(claim.resumed)
                 gap = listing_gap(now, last[sub.id]) if sub.id in last else None
                 if gap is not None:
-                    store.mark_edition(claim.id, EditionStatus.SKIPPED, now, error=gap)
+                    store.mark_edition(claim.id, EditionStatus.SKIPPED, clock(), error=gap)
                     report.no_listing += 1
                     report.no_listing_reason = gap
                     continue
@@ -260,47 +373,42 @@ def run_send(
                     store.mark_edition(
                         claim.id,
                         EditionStatus.SKIPPED,
-                        now,
+                        clock(),
                         error="nothing new in the subscriber's topics",
                     )
                     report.empty += 1
                     continue
                 rendered, links = builder.render(digest)
                 envelope = builder.envelope(digest, rendered, links, claim.message_id)
-                current = store.subscriber_by_id(sub.id)  # suppression is checked at send time
-                if current is None or current.status is not SubscriberStatus.ACTIVE:
-                    store.mark_edition(
-                        claim.id, EditionStatus.SKIPPED, now, error="unsubscribed before sending"
-                    )
-                    continue
-                if mailer is None:
-                    mailer = factory()
-                store.mark_edition(claim.id, EditionStatus.SENDING, now)
-                try:
-                    mailer.send(envelope)
-                except DeliveryError as e:
-                    report.failed += 1
-                    report.errors.append(str(e))
-                    status = EditionStatus.DEFERRED if e.temporary else EditionStatus.FAILED
-                    store.mark_edition(claim.id, status, now, error=e.reason)
-                    if not e.temporary and store.record_permanent_failure(sub.id, 3, now):
-                        report.suppressed += 1
-                    log.warning("edition for %s failed: %s", sub.email, e)
-                    continue
-                except RelayError:
-                    store.release_edition(claim.id)
-                    raise
-                store.mark_edition(
-                    claim.id, EditionStatus.SENT, now, paper_ids=[i.paper.id for i in digest.items]
+                job = Job(
+                    claim,
+                    sub,
+                    envelope,
+                    tuple(i.paper.id for i in digest.items),
+                    rendered if keep_rendered else None,
                 )
-                report.sent += 1
-                if len(report.rendered) < keep_rendered:
-                    report.rendered.append((sub.email, rendered))
+                if pool is None:
+                    pool = SendPool(
+                        config,
+                        store,
+                        owner=owner,
+                        clock=clock,
+                        mailer_factory=factory,
+                        record=lambda o, j, e: _tally(report, o, j, e, keep_rendered),
+                        stop=stop,
+                    )
+                pool.submit(job)
                 if progress is not None:
                     progress(report)
-    except RelayError as e:
-        report.relay_error = str(e)
     finally:
-        if mailer is not None:
-            mailer.close()
+        if pool is not None:
+            try:
+                pool.close()
+            finally:
+                report.relay_error = pool.relay_error
+                if stop is not None and stop.is_set():
+                    report.stopped = True
+        report.duration = time.monotonic() - t0
+        if progress is not None and not dry_run:
+            progress(report)
     return report

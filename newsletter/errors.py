@@ -53,14 +53,30 @@ class DeliveryError(NewsletterError):
     """One message could not be handed to the relay.
 
     ``code`` is the SMTP reply code when the relay gave one (``None`` for a dropped connection),
-    ``temporary`` says whether a later retry may succeed.
+    ``temporary`` says whether a later retry may succeed, ``stage`` is the SMTP command that
+    failed (``MAIL``, ``RCPT``, ``DATA``), ``throttled`` that the relay asked us to slow down
+    (454, "too many", "rate limit"), and ``ambiguous`` that the connection was lost after the
+    final dot with no reply (RFC 1047): the relay may have accepted the message.
     """
 
-    def __init__(self, address: str, reason: str, *, code: int | None, temporary: bool) -> None:
+    def __init__(
+        self,
+        address: str,
+        reason: str,
+        *,
+        code: int | None,
+        temporary: bool,
+        stage: str = "",
+        throttled: bool = False,
+        ambiguous: bool = False,
+    ) -> None:
         self.address = address
         self.reason = reason
         self.code = code
         self.temporary = temporary
+        self.stage = stage
+        self.throttled = throttled
+        self.ambiguous = ambiguous
         super().__init__(f"{address}: {reason}")
 
 

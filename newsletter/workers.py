@@ -10,7 +10,7 @@ the ledger claim:
 - tasks are acknowledged late and rejected when their worker dies, so the broker gives a killed
   worker's chunk to another worker (Redis: after ``workers.visibility_timeout``);
 - claims carry the wall-clock time they were made, and a claim left by a dead worker is taken over
-  after ``workers.claim_lease``, keeping its Message-ID. A chunk that finds editions claimed by
+  after ``delivery.claim_lease``, keeping its Message-ID. A chunk that finds editions claimed by
   someone else retries just those subscribers once the lease has run out, so nothing is left
   behind whether the other worker finished them or died.
 """
@@ -149,7 +149,9 @@ def register_tasks(app: Any, config: Config) -> Any:
             builder=local.builder,
         )
         if outcome.retry_ids:
-            retry_in = w.claim_lease + 1 if outcome.busy else w.retry_delay
+            retry_in = (
+                int(config.settings.delivery.claim_lease) + 1 if outcome.busy else w.retry_delay
+            )
             log.info(
                 "chunk: %d edition(s) to try again in %d s (%s)",
                 len(outcome.retry_ids),
@@ -194,7 +196,7 @@ def send_chunk(
 
     Subscribers whose edition is claimed by another run (alive, or dead with its lease not yet
     run out) are returned to retry after the lease; so are those the relay refused to take."""
-    w = _settings(config)
+    _settings(config)  # a config without workers: is a mistake here
     report = run_send(
         config,
         store,
@@ -202,7 +204,6 @@ def send_chunk(
         subscriber_ids=list(ids),
         topic=topic,
         mailer_factory=mailer_factory,
-        claim_lease=timedelta(seconds=w.claim_lease),
         claim_clock=utcnow,
         builder=builder,
     )

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Connection,
     Engine,
     Insert,
+    Integer,
     Table,
     and_,
     bindparam,
@@ -94,6 +95,20 @@ class EditionClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerOp:
+    """One write a sender makes to the ledger; see :meth:`Store.apply_ledger`."""
+
+    kind: Literal["begin", "mark", "release", "permanent_failure"]
+    edition_id: int = 0
+    subscriber_id: int = 0
+    owner: str = ""
+    status: EditionStatus | None = None
+    error: str | None = None
+    paper_ids: tuple[int, ...] = ()
+    limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EditionRecord:
     id: int
     subscriber_id: int
@@ -141,6 +156,8 @@ class Store:
                 Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(self.url, **engine_kw)
         self.engine = engine
+        self._sent_papers_stmt: Insert | None = None
+        self._claim_stmt: Insert | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
 
@@ -200,6 +217,23 @@ class Store:
 
     def _safe_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    def _claim_insert(self) -> Insert:
+        """The claim: ``INSERT … ON CONFLICT DO NOTHING RETURNING``, built once per store."""
+        if self._claim_stmt is None:
+            e = t.editions
+            self._claim_stmt = (
+                self._insert(e)
+                .on_conflict_do_nothing(index_elements=["subscriber_id", "edition_date"])  # type: ignore[attr-defined]
+                .returning(e.c.id, e.c.subscriber_id, e.c.edition_date)
+            )
+        return self._claim_stmt
+
+    def _sent_papers_insert(self) -> Insert:
+        """``INSERT … ON CONFLICT DO NOTHING`` into ``sent_papers``, built once per store."""
+        if self._sent_papers_stmt is None:
+            self._sent_papers_stmt = self._insert(t.sent_papers).on_conflict_do_nothing()  # type: ignore[attr-defined]
+        return self._sent_papers_stmt
 
     def _insert(self, table: Table) -> Insert:
         if self.dialect == "postgresql":
@@ -510,7 +544,9 @@ class Store:
     ) -> Iterator[list[Subscriber]]:
         """Subscribers in id order, in batches (memory stays flat however many there are).
 
-        ``ids`` limits them to those subscribers (a worker's chunk)."""
+        ``ids`` restricts the listing to those subscribers (a worker's chunk; keep it to a few
+        thousand ids).
+        """
         last = 0
         while True:
             with self.engine.connect() as conn:
@@ -520,7 +556,7 @@ class Store:
                 if email is not None:
                     q = q.where(t.subscribers.c.email == email)
                 if ids is not None:
-                    q = q.where(t.subscribers.c.id.in_(sorted(set(ids))))
+                    q = q.where(t.subscribers.c.id.in_(list(ids)))
                 rows = conn.execute(q.order_by(t.subscribers.c.id).limit(batch)).all()
                 if not rows:
                     return
@@ -538,23 +574,27 @@ class Store:
     def record_permanent_failure(self, subscriber_id: int, limit: int, now: datetime) -> bool:
         """Count a permanent failure; suppress the address at ``limit``. True when suppressed."""
         with self.engine.begin() as conn:
-            conn.execute(
-                update(t.subscribers)
-                .where(t.subscribers.c.id == subscriber_id)
-                .values(permanent_failures=t.subscribers.c.permanent_failures + 1)
-            )
-            res = conn.execute(
-                update(t.subscribers)
-                .where(
-                    and_(
-                        t.subscribers.c.id == subscriber_id,
-                        t.subscribers.c.permanent_failures >= limit,
-                        t.subscribers.c.status == SubscriberStatus.ACTIVE.value,
-                    )
+            return self._permanent_failure(conn, subscriber_id, limit, now)
+
+    @staticmethod
+    def _permanent_failure(conn: Connection, subscriber_id: int, limit: int, now: datetime) -> bool:
+        conn.execute(
+            update(t.subscribers)
+            .where(t.subscribers.c.id == subscriber_id)
+            .values(permanent_failures=t.subscribers.c.permanent_failures + 1)
+        )
+        res = conn.execute(
+            update(t.subscribers)
+            .where(
+                and_(
+                    t.subscribers.c.id == subscriber_id,
+                    t.subscribers.c.permanent_failures >= limit,
+                    t.subscribers.c.status == SubscriberStatus.ACTIVE.value,
                 )
-                .values(status=SubscriberStatus.SUPPRESSED.value, status_changed=now)
             )
-            return res.rowcount == 1
+            .values(status=SubscriberStatus.SUPPRESSED.value, status_changed=now)
+        )
+        return res.rowcount == 1
 
     # ------------------------------------------------------------------ subscribing (web, email)
 
@@ -883,58 +923,114 @@ class Store:
         *,
         owner: str,
         lease: timedelta = timedelta(minutes=10),
+        owner_gone: Callable[[str], bool] | None = None,
     ) -> EditionClaim | None:
         """Claim ``(subscriber, edition_date)`` before sending. ``None``: someone else has it.
 
         The claim is one atomic INSERT on the unique ``(subscriber_id, edition_date)``; a claim
-        left in ``claimed`` by an interrupted run is taken over (compare-and-set on owner and
-        time) once its lease has run out, keeping its Message-ID.
+        left in ``claimed`` or ``sending`` by an interrupted run is taken over (compare-and-set
+        on owner and time) once its lease has run out, or at once when ``owner_gone(owner)``
+        says its owner process no longer exists, keeping its Message-ID. ``deferred`` rows (a
+        run stopped before their message went out) are taken over by any later run.
         """
+        [claim] = self.claim_editions(
+            [(subscriber_id, edition_date, message_id)],
+            now,
+            owner=owner,
+            lease=lease,
+            owner_gone=owner_gone,
+        )
+        return claim
+
+    def claim_editions(
+        self,
+        wanted: Sequence[tuple[int, date, str]],
+        now: datetime,
+        *,
+        owner: str,
+        lease: timedelta = timedelta(minutes=10),
+        owner_gone: Callable[[str], bool] | None = None,
+    ) -> list[EditionClaim | None]:
+        """:meth:`claim_edition` for several ``(subscriber_id, edition_date, message_id)`` in one
+        transaction (one multi-row INSERT); results in the same order.
+
+        Rows are inserted in subscriber order, so two runs claiming overlapping sets at the same
+        moment wait for each other instead of deadlocking (PostgreSQL).
+        """
+        if not wanted:
+            return []
+        order = sorted(range(len(wanted)), key=lambda k: (wanted[k][0], wanted[k][1]))
+        out: list[EditionClaim | None] = [None] * len(wanted)
         with self.engine.begin() as conn:
-            stmt = (
-                self._insert(t.editions)
-                .values(
-                    subscriber_id=subscriber_id,
-                    edition_date=edition_date,
-                    status=EditionStatus.CLAIMED.value,
-                    message_id=message_id,
-                    claimed=now,
-                    owner=owner,
-                    attempts=0,
-                    item_count=0,
-                    forced=False,
-                )
-                .on_conflict_do_nothing(index_elements=["subscriber_id", "edition_date"])  # type: ignore[attr-defined]
-                .returning(t.editions.c.id)
+            # executemany with RETURNING ("insertmanyvalues"): one cached statement, rows sent
+            # as multi-row INSERTs in the order given
+            rows = conn.execute(
+                self._claim_insert(),
+                [
+                    {
+                        "subscriber_id": wanted[k][0],
+                        "edition_date": wanted[k][1],
+                        "status": EditionStatus.CLAIMED.value,
+                        "message_id": wanted[k][2],
+                        "claimed": now,
+                        "owner": owner,
+                        "attempts": 0,
+                        "item_count": 0,
+                        "forced": False,
+                    }
+                    for k in order
+                ],
             )
-            eid = conn.execute(stmt).scalar()
-            if eid is not None:
-                return EditionClaim(eid, subscriber_id, edition_date, message_id, resumed=False)
-            row = conn.execute(
-                select(t.editions).where(
-                    t.editions.c.subscriber_id == subscriber_id,
-                    t.editions.c.edition_date == edition_date,
-                )
-            ).one()
-            if row.status == EditionStatus.DEFERRED.value:
-                pass  # a temporary failure: any later run retries it
-            elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
-                return None
-            elif row.owner != owner and row.claimed > now - lease:
-                return None  # another run is working on it right now
-            took = conn.execute(
-                update(t.editions)
-                .where(
-                    t.editions.c.id == row.id,
-                    t.editions.c.owner == row.owner,
-                    t.editions.c.claimed == row.claimed,
-                    t.editions.c.status == row.status,
-                )
-                .values(owner=owner, claimed=now, status=EditionStatus.CLAIMED.value)
+            inserted = {(r.subscriber_id, r.edition_date): r.id for r in rows}
+            for k in order:
+                sid, day, mid = wanted[k]
+                eid = inserted.get((sid, day))
+                if eid is not None:
+                    out[k] = EditionClaim(eid, sid, day, mid, resumed=False)
+                else:
+                    out[k] = self._take_over(conn, sid, day, now, owner, lease, owner_gone)
+        return out
+
+    @staticmethod
+    def _take_over(
+        conn: Connection,
+        subscriber_id: int,
+        edition_date: date,
+        now: datetime,
+        owner: str,
+        lease: timedelta,
+        owner_gone: Callable[[str], bool] | None,
+    ) -> EditionClaim | None:
+        """The existing ledger row, if this run may resume it (compare-and-set)."""
+        row = conn.execute(
+            select(t.editions).where(
+                t.editions.c.subscriber_id == subscriber_id,
+                t.editions.c.edition_date == edition_date,
             )
-            if took.rowcount != 1:
-                return None
-            return EditionClaim(row.id, subscriber_id, edition_date, row.message_id, resumed=True)
+        ).one()
+        if row.status == EditionStatus.DEFERRED.value:
+            pass  # a temporary failure: any later run retries it
+        elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
+            return None
+        elif (
+            row.owner != owner
+            and row.claimed > now - lease
+            and not (owner_gone is not None and owner_gone(row.owner))
+        ):
+            return None  # another run is working on it right now
+        took = conn.execute(
+            update(t.editions)
+            .where(
+                t.editions.c.id == row.id,
+                t.editions.c.owner == row.owner,
+                t.editions.c.claimed == row.claimed,
+                t.editions.c.status == row.status,
+            )
+            .values(owner=owner, claimed=now, status=EditionStatus.CLAIMED.value)
+        )
+        if took.rowcount != 1:
+            return None
+        return EditionClaim(row.id, subscriber_id, edition_date, row.message_id, resumed=True)
 
     def mark_edition(
         self,
@@ -948,48 +1044,208 @@ class Store:
     ) -> None:
         """Record an edition's outcome; a ``sent`` edition records its papers in the same commit."""
         with self.engine.begin() as conn:
+            self._mark(conn, edition_id, status, now, error, paper_ids, attempts)
+
+    def _mark(
+        self,
+        conn: Connection,
+        edition_id: int,
+        status: EditionStatus,
+        now: datetime,
+        error: str | None = None,
+        paper_ids: Sequence[int] = (),
+        attempts: int | None = None,
+        subscriber_id: int | None = None,
+    ) -> None:
+        done = 0
+        if subscriber_id is not None and status in _FINAL:
+            conn.execute(
+                _MARK_FINAL,
+                {
+                    "b_id": edition_id,
+                    "b_status": status.value,
+                    "b_error": error,
+                    "b_finished": now,
+                    "b_items": len(paper_ids) if paper_ids else None,
+                },
+            )
+            if status is EditionStatus.SENT and paper_ids:
+                conn.execute(
+                    self._sent_papers_insert(),
+                    [
+                        {"subscriber_id": subscriber_id, "paper_id": pid, "edition_id": edition_id}
+                        for pid in paper_ids
+                    ],
+                )
+            return
+        if subscriber_id is None or status is EditionStatus.SENDING:
             row = conn.execute(
                 select(t.editions.c.subscriber_id, t.editions.c.attempts).where(
                     t.editions.c.id == edition_id
                 )
             ).one()
-            values: dict[str, Any] = {"status": status.value, "last_error": error}
-            if status in (
-                EditionStatus.SENT,
-                EditionStatus.FAILED,
-                EditionStatus.SKIPPED,
-                EditionStatus.UNKNOWN,
-            ):
-                values["finished"] = now
-            if status is EditionStatus.SENDING:
-                values["attempts"] = row.attempts + 1 if attempts is None else attempts
-            if paper_ids:
-                values["item_count"] = len(paper_ids)
-            conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
-            if status is EditionStatus.SENT and paper_ids:
-                stmt = self._insert(t.sent_papers).values(
-                    [
-                        {
-                            "subscriber_id": row.subscriber_id,
-                            "paper_id": pid,
-                            "edition_id": edition_id,
-                        }
-                        for pid in paper_ids
-                    ]
-                )
-                conn.execute(stmt.on_conflict_do_nothing())  # type: ignore[attr-defined]
-
-    def release_edition(self, edition_id: int) -> None:
-        """Give back a claim whose message was never handed to the relay (the relay is down)."""
-        with self.engine.begin() as conn:
+            subscriber_id, done = row.subscriber_id, row.attempts
+        values: dict[str, Any] = {"status": status.value, "last_error": error}
+        if status in (
+            EditionStatus.SENT,
+            EditionStatus.FAILED,
+            EditionStatus.SKIPPED,
+            EditionStatus.UNKNOWN,
+        ):
+            values["finished"] = now
+        if status is EditionStatus.SENDING:
+            values["attempts"] = done + 1 if attempts is None else attempts
+        if paper_ids:
+            values["item_count"] = len(paper_ids)
+        conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
+        if status is EditionStatus.SENT and paper_ids:
+            # executemany with one cached statement: a multi-row VALUES is compiled every time
             conn.execute(
-                delete(t.editions).where(
-                    t.editions.c.id == edition_id,
-                    t.editions.c.status.in_(
-                        [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value]
-                    ),
+                self._insert(t.sent_papers).on_conflict_do_nothing(),  # type: ignore[attr-defined]
+                [
+                    {"subscriber_id": subscriber_id, "paper_id": pid, "edition_id": edition_id}
+                    for pid in paper_ids
+                ],
+            )
+
+    def release_edition(self, edition_id: int, *, error: str | None = None) -> None:
+        """Give back a claim whose message did not go out in this run (relay down, stop).
+
+        A claim never handed to the relay (no attempt yet) is deleted: the next run claims it
+        afresh. One that was tried already (a resumed claim, a retry) becomes ``deferred`` and
+        keeps its Message-ID, so if an earlier attempt did reach the reader, the next one folds
+        with it.
+        """
+        with self.engine.begin() as conn:
+            self._release(conn, edition_id, error)
+
+    @staticmethod
+    def _release(conn: Connection, edition_id: int, error: str | None) -> None:
+        active = [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value]
+        conn.execute(
+            delete(t.editions).where(
+                t.editions.c.id == edition_id,
+                t.editions.c.status.in_(active),
+                t.editions.c.attempts == 0,
+            )
+        )
+        conn.execute(
+            update(t.editions)
+            .where(t.editions.c.id == edition_id, t.editions.c.status.in_(active))
+            .values(status=EditionStatus.DEFERRED.value, last_error=error)
+        )
+
+    def begin_send(self, edition_id: int, subscriber_id: int, owner: str, now: datetime) -> str:
+        """Mark a claimed edition ``sending`` just before it goes to the relay.
+
+        One compare-and-set that also checks, at send time, that the subscriber is still
+        active and that this run still owns the claim. Returns ``"ok"``, ``"inactive"``
+        (unsubscribed or suppressed since the digest was rendered; the edition is then
+        ``skipped``) or ``"lost"`` (another run took the claim over).
+        """
+        with self.engine.begin() as conn:
+            return self._begin_send(conn, edition_id, subscriber_id, owner, now)
+
+    @staticmethod
+    def _begin_send(
+        conn: Connection, edition_id: int, subscriber_id: int, owner: str, now: datetime
+    ) -> str:
+        e, sub = t.editions, t.subscribers
+        res = conn.execute(
+            _BEGIN_SEND,
+            {"b_id": edition_id, "b_owner": owner, "b_sid": subscriber_id, "b_now": now},
+        )
+        if res.rowcount == 1:
+            return "ok"
+        active = conn.execute(
+            select(sub.c.status).where(sub.c.id == subscriber_id)
+        ).scalar_one_or_none()
+        if active != SubscriberStatus.ACTIVE.value:
+            conn.execute(
+                update(e)
+                .where(e.c.id == edition_id, e.c.owner == owner)
+                .values(
+                    status=EditionStatus.SKIPPED.value,
+                    finished=now,
+                    last_error="unsubscribed before sending",
                 )
             )
+            return "inactive"
+        return "lost"
+
+    def apply_ledger(self, ops: Sequence[LedgerOp], now: datetime) -> list[str | bool | None]:
+        """Several senders' ledger writes in one transaction (group commit); one result per op.
+
+        ``begin`` returns what :meth:`begin_send` returns, ``permanent_failure`` what
+        :meth:`record_permanent_failure` returns, the others ``None``. Nothing is applied if
+        one op fails.
+        """
+        out: list[str | bool | None] = []
+        with self.engine.begin() as conn:
+            for op in ops:
+                if op.kind == "begin":
+                    out.append(
+                        self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
+                    )
+                elif op.kind == "mark":
+                    assert op.status is not None
+                    self._mark(
+                        conn,
+                        op.edition_id,
+                        op.status,
+                        now,
+                        op.error,
+                        op.paper_ids,
+                        subscriber_id=op.subscriber_id or None,
+                    )
+                    out.append(None)
+                elif op.kind == "release":
+                    self._release(conn, op.edition_id, op.error)
+                    out.append(None)
+                elif op.kind == "permanent_failure":
+                    out.append(self._permanent_failure(conn, op.subscriber_id, op.limit, now))
+                else:  # pragma: no cover - a programming error
+                    raise ValueError(f"unknown ledger op {op.kind!r}")
+        return out
+
+    def count_sent_since(self, since: datetime) -> int:
+        """Editions handed to the relay since ``since`` (for the per-hour rate limit)."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(t.editions)
+                    .where(
+                        t.editions.c.status == EditionStatus.SENT.value,
+                        t.editions.c.finished >= since,
+                    )
+                ).scalar_one()
+            )
+
+    def delivery_failures(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[int, str | None]]:
+        """``{subscriber id: (permanent failures, the relay's last answer)}``."""
+        out: dict[int, tuple[int, str | None]] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(subscriber_ids), 500):
+                chunk = subscriber_ids[start : start + 500]
+                counts = conn.execute(
+                    select(t.subscribers.c.id, t.subscribers.c.permanent_failures).where(
+                        t.subscribers.c.id.in_(chunk)
+                    )
+                ).all()
+                last = dict(
+                    conn.execute(
+                        select(t.editions.c.subscriber_id, t.editions.c.last_error)
+                        .where(
+                            t.editions.c.subscriber_id.in_(chunk),
+                            t.editions.c.status == EditionStatus.FAILED.value,
+                        )
+                        .order_by(t.editions.c.id)
+                    ).all()
+                )
+                for sid, n in counts:
+                    out[sid] = (int(n or 0), last.get(sid))
+        return out
 
     def edition_statuses(
         self, subscriber_ids: Sequence[int], edition_dates: Iterable[date]
@@ -1125,6 +1381,43 @@ class Store:
 
 
 StoreErrors = (_SAError,)
+
+# The senders' hot statements, built once (their compiled form is cached; building them per
+# message costs more than running them).
+_e, _s = t.editions, t.subscribers
+_BEGIN_SEND = (
+    update(_e)
+    .where(
+        _e.c.id == bindparam("b_id"),
+        _e.c.owner == bindparam("b_owner"),
+        _e.c.status.in_(
+            [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value, EditionStatus.UNKNOWN.value]
+        ),
+        _e.c.subscriber_id.in_(
+            select(_s.c.id).where(
+                _s.c.id == bindparam("b_sid"), _s.c.status == SubscriberStatus.ACTIVE.value
+            )
+        ),
+    )
+    .values(
+        status=EditionStatus.SENDING.value,
+        attempts=_e.c.attempts + 1,
+        claimed=bindparam("b_now", type_=_e.c.claimed.type),
+    )
+)
+_FINAL = frozenset(
+    {EditionStatus.SENT, EditionStatus.FAILED, EditionStatus.SKIPPED, EditionStatus.UNKNOWN}
+)
+_MARK_FINAL = (
+    update(_e)
+    .where(_e.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status", type_=_e.c.status.type),
+        last_error=bindparam("b_error", type_=_e.c.last_error.type),
+        finished=bindparam("b_finished", type_=_e.c.finished.type),
+        item_count=func.coalesce(bindparam("b_items", type_=Integer), _e.c.item_count),
+    )
+)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -1,0 +1,476 @@
+"""The sender pool: N relay connections, a rate limit, retries, and each outcome in the ledger.
+
+:func:`newsletter.edition.run_send` ranks and renders on the calling thread and hands each
+claimed, built message to a :class:`SendPool` through a bounded queue (memory stays flat). Each
+of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
+:class:`~newsletter.deliver.Mailer`) and, per message:
+
+1. waits for the shared :class:`RateLimiter` (per second and per hour; slowed down further when
+   the relay throttles);
+2. marks the edition ``sending`` in one compare-and-set that also checks the subscriber is still
+   active and the claim still ours (suppression is checked at send time);
+3. hands the message to the relay and records the outcome in the ledger at once: ``sent``;
+   ``failed`` with the relay's answer after ``delivery.attempts`` tries with backoff on a fresh
+   connection (4xx, 552, drops); ``unknown`` when the line dropped after the final dot (RFC
+   1047), then re-sent once with the same Message-ID by default; a 5xx to RCPT counts towards
+   suppressing the address.
+
+A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
+the whole pool: messages not yet handed over are given back to the ledger, nothing is marked
+sent, and the run reports the one error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from newsletter.config import Config
+from newsletter.deliver import Envelope, Mailer, MailerFactory
+from newsletter.errors import DeliveryError, RelayError
+from newsletter.models import EditionStatus, Subscriber
+from newsletter.render import RenderedDigest
+from newsletter.store import Store
+from newsletter.store.db import EditionClaim, LedgerOp
+
+log = logging.getLogger(__name__)
+
+HOST = socket.gethostname()
+
+
+PROCESS = uuid.uuid4().hex[:8]
+"""This process's incarnation: a restarted container often gets the same pid and host name."""
+
+
+def run_owner() -> str:
+    """A run's name in the ledger: ``host:pid:process.run``."""
+    return f"{HOST}:{os.getpid()}:{PROCESS}.{uuid.uuid4().hex[:8]}"
+
+
+def owner_gone(owner: str) -> bool:
+    """True when ``owner`` (see :func:`run_owner`) names a process on this host that no longer
+    exists: its claims can be resumed at once. Owners on other hosts are never "gone" (their
+    claims wait for ``delivery.claim_lease``)."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != HOST:
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        # Our own pid: one of our runs, or an earlier process that had the same pid.
+        return parts[2].split(".")[0] != PROCESS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+def backoff(attempt: int, base: float, cap: float) -> float:
+    """Seconds to wait after failed try number ``attempt`` (1-based): doubling, capped, jittered."""
+    delay: float = min(cap, base * 2 ** (attempt - 1))
+    return delay * random.uniform(0.75, 1.0)  # jitter, not security
+
+
+class RateLimiter:
+    """A shared pacing gate: at most ``per_second`` and ``per_hour`` messages, across threads.
+
+    ``already_this_hour`` counts messages sent in the last hour by earlier runs (from the
+    ledger), so a restarted or next-tick run does not start a fresh hour. When the relay
+    throttles, :meth:`slow_down` halves the pace (or sets one, if none was configured) and
+    pauses every sender for a moment; the slower pace holds for the rest of the run.
+    """
+
+    def __init__(
+        self,
+        per_second: float | None,
+        per_hour: int | None,
+        *,
+        already_this_hour: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.sleep = sleep
+        self.interval = 1.0 / per_second if per_second else 0.0
+        self.per_hour = per_hour
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._next = clock()
+        self._paused_until = 0.0
+        now = clock()
+        # Earlier sends in the hour are counted as if made now: conservative, never too fast.
+        seed = min(already_this_hour, per_hour or 0)
+        self._hour: deque[float] = deque([now] * seed, maxlen=per_hour or 1)
+
+    def acquire(self, aborted: Callable[[], bool]) -> bool:
+        """Wait for the next send slot; False when ``aborted()`` turned true while waiting."""
+        with self._lock:
+            now = self.clock()
+            slot = max(now, self._next, self._paused_until)
+            if self.per_hour and len(self._hour) >= self.per_hour:
+                slot = max(slot, self._hour[0] + 3600.0)
+            self._next = slot + self.interval
+            if self.per_hour:
+                self._hour.append(slot)
+        while (left := slot - self.clock()) > 0:
+            if aborted():
+                return False
+            self.sleep(min(left, 0.2))
+        return not aborted()
+
+    def slow_down(self, pause: float) -> None:
+        with self._lock:
+            self.interval = min(60.0, self.interval * 2 if self.interval else 0.1)
+            self._paused_until = max(self._paused_until, self.clock() + pause)
+
+    @property
+    def per_second(self) -> float | None:
+        return 1.0 / self.interval if self.interval else None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One claimed, built message waiting for a connection."""
+
+    claim: EditionClaim
+    subscriber: Subscriber
+    envelope: Envelope
+    paper_ids: tuple[int, ...]
+    rendered: RenderedDigest | None = None
+
+
+Outcome = str
+"""``sent``, ``failed``, ``suppressed`` (failed, and the address is now suppressed), ``unknown``,
+``resent`` (an ``unknown`` re-sent), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
+longer active at send time), ``lost`` (another run took the claim), ``released``."""
+
+RecordFn = Callable[[Outcome, Job, str | None], None]
+
+
+class _Pending:
+    __slots__ = ("done", "error", "op", "posted", "result")
+
+    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
+        self.op = op
+        self.posted = posted
+        self.done = threading.Event()
+        self.result: str | bool | None = None
+        self.error: BaseException | None = None
+
+
+class LedgerWriter:
+    """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
+
+    A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
+    the relay sees the message" and "recorded ``sent`` before the next message on that
+    connection" both hold; batching only merges the commits of senders that are waiting at the
+    same moment (group commit). On SQLite this also keeps the database to two writers (this
+    thread and the claiming one) instead of one per connection.
+    """
+
+    def __init__(self, store: Store, clock: Callable[[], datetime], *, max_batch: int = 64) -> None:
+        self.store = store
+        self.clock = clock
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self.failed: BaseException | None = None
+        """The error of a posted write nobody waited for; raised by the next call."""
+        self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self._thread.start()
+
+    def call(self, op: LedgerOp) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before)."""
+        pending = _Pending(op)
+        self._queue.put(pending)
+        pending.done.wait()
+        self._raise_failed()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def post(self, op: LedgerOp) -> None:
+        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
+        :meth:`call` (its next ``begin``) returns only after this one is committed too: a
+        connection never has more than one accepted-but-unrecorded message."""
+        self._raise_failed()
+        self._queue.put(_Pending(op, posted=True))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self.failed is not None:
+            raise self.failed
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            try:
+                results = self.store.apply_ledger([p.op for p in batch], self.clock())
+            except BaseException as e:  # every waiting sender sees the error
+                for p in batch:
+                    p.error = e
+                if any(p.posted for p in batch):
+                    self.failed = self.failed or e
+            else:
+                for p, r in zip(batch, results, strict=True):
+                    p.result = r
+            finally:
+                for p in batch:
+                    p.done.set()
+
+
+class SendPool:
+    """``smtp.pool_size`` sender threads behind a bounded queue; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        *,
+        owner: str,
+        clock: Callable[[], datetime],
+        mailer_factory: MailerFactory,
+        record: RecordFn,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.settings = config.settings
+        self.delivery = config.settings.delivery
+        self.store = store
+        self.owner = owner
+        self.clock = clock
+        self.factory = mailer_factory
+        self._record = record
+        self._record_lock = threading.Lock()
+        self.stop = stop or threading.Event()
+        self.abort = threading.Event()
+        """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
+        self.relay_error: str | None = None
+        self.crash: BaseException | None = None
+        self._probe_lock = threading.Lock()
+        self._probed = threading.Event()
+        smtp = config.settings.smtp
+        size = self.delivery.queue_size or 2 * smtp.pool_size
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=size)
+        hour = store.count_sent_since(clock() - timedelta(hours=1)) if smtp.rate_per_hour else 0
+        self.limiter = RateLimiter(smtp.rate_per_second, smtp.rate_per_hour, already_this_hour=hour)
+        self.ledger = LedgerWriter(store, clock)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"smtp-sender-{i}", daemon=True)
+            for i in range(smtp.pool_size)
+        ]
+        for th in self._threads:
+            th.start()
+
+    # ------------------------------------------------------------------ the producer's side
+
+    def submit(self, job: Job) -> bool:
+        """Queue a job (blocks while the queue is full). False, job released, when aborted."""
+        while not self._aborted():
+            try:
+                self._queue.put(job, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        self._release(job)
+        return False
+
+    def close(self) -> None:
+        """Let the senders finish what is queued (or give it back, if aborted), then join."""
+        for _ in self._threads:
+            while True:
+                try:
+                    self._queue.put(None, timeout=0.2)
+                    break
+                except queue.Full:
+                    if not any(th.is_alive() for th in self._threads):
+                        break
+        for th in self._threads:
+            th.join()
+        try:
+            self.ledger.close()
+        except BaseException as e:
+            self.crash = self.crash or e
+        while True:  # senders that died left jobs behind: give them back
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                self._release(job)
+        if self.crash is not None:
+            raise self.crash
+
+    def _aborted(self) -> bool:
+        return self.abort.is_set() or self.stop.is_set()
+
+    # ------------------------------------------------------------------ the senders
+
+    def _run(self) -> None:
+        mailer: Mailer | None = None
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                if self._aborted():
+                    self._release(job)
+                    continue
+                if mailer is None:
+                    mailer = self.factory()
+                if not self._probed.is_set():
+                    # The run's first message goes alone: if the relay is unreachable or refuses
+                    # the login, that is one connection attempt and one error, not pool_size.
+                    with self._probe_lock:
+                        if not self._probed.is_set():
+                            try:
+                                self._handle(mailer, job)
+                            finally:
+                                self._probed.set()
+                            continue
+                self._handle(mailer, job)
+        finally:
+            if mailer is not None:
+                mailer.close()
+
+    def _handle(self, mailer: Mailer, job: Job) -> None:
+        if self._aborted():
+            self._release(job)
+            return
+        try:
+            self._deliver(mailer, job)
+        except RelayError as e:
+            with self._record_lock:
+                if self.relay_error is None:
+                    self.relay_error = str(e)
+            self.abort.set()
+            self._release(job, str(e))
+        except BaseException as e:  # a bug: stop the run, re-raised by close()
+            log.exception("sender crashed on the edition for %s", job.subscriber.email)
+            with self._record_lock:
+                self.crash = self.crash or e
+            self.abort.set()
+            self._release(job, f"internal error: {e}")
+
+    def _note(self, outcome: Outcome, job: Job, error: str | None = None) -> None:
+        with self._record_lock:
+            self._record(outcome, job, error)
+
+    def _release(self, job: Job, error: str | None = None) -> None:
+        try:
+            self.store.release_edition(
+                job.claim.id, error=error or "the run stopped before sending"
+            )
+        except Exception:  # the database is failing too: the claim's lease will free it
+            log.exception("could not give back the edition for %s", job.subscriber.email)
+        self._note("released", job, error)
+
+    def _deliver(self, mailer: Mailer, job: Job) -> None:
+        d = self.delivery
+        claim, sub = job.claim, job.subscriber
+        attempt = throttles = 0
+        resent = False
+        while True:
+            if not self.limiter.acquire(self._aborted):
+                self._release(job)
+                return
+            if self._aborted():
+                self._release(job)
+                return
+            began = self.ledger.call(LedgerOp("begin", claim.id, sub.id, self.owner))
+            if began == "inactive":
+                self._note("unsubscribed", job)
+                return
+            if began == "lost":
+                self._note("lost", job)
+                return
+            try:
+                mailer.send(job.envelope)
+            except DeliveryError as e:
+                if e.ambiguous:
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark", claim.id, sub.id, status=EditionStatus.UNKNOWN, error=e.reason
+                        )
+                    )
+                    if d.on_unknown == "resend" and not resent:
+                        resent = True
+                        self._note("resent", job, e.reason)
+                        continue
+                    self._note("unknown", job, str(e))
+                    return
+                if e.throttled and throttles < d.throttle_retries:
+                    throttles += 1
+                    self.limiter.slow_down(backoff(throttles, d.retry_delay, d.retry_max_delay))
+                    self._note("throttled", job, str(e))
+                    continue
+                attempt += 1
+                if e.temporary and attempt < d.attempts:
+                    self._note("retried", job, str(e))
+                    if self._wait(backoff(attempt, d.retry_delay, d.retry_max_delay)):
+                        self.store.release_edition(claim.id, error=e.reason)
+                        self._note("released", job, e.reason)
+                        return
+                    continue
+                tries = f" (after {attempt} tries)" if attempt > 1 else ""
+                error = f"{e.stage or 'SMTP'}: {e.reason}{tries}"
+                self.ledger.call(
+                    LedgerOp("mark", claim.id, sub.id, status=EditionStatus.FAILED, error=error)
+                )
+                suppressed = bool(
+                    not e.temporary
+                    and e.stage == "RCPT"
+                    and self.ledger.call(
+                        LedgerOp("permanent_failure", subscriber_id=sub.id, limit=d.suppress_after)
+                    )
+                )
+                self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
+                return
+            self.ledger.post(
+                LedgerOp(
+                    "mark",
+                    claim.id,
+                    sub.id,
+                    status=EditionStatus.SENT,
+                    paper_ids=job.paper_ids,
+                )
+            )
+            self._note("sent", job)
+            return
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless the run is stopped or aborted; True if it was."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.abort.wait(min(left, 0.2)) or self.stop.is_set():
+                return True
+        return self._aborted()

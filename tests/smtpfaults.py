@@ -1,0 +1,183 @@
+"""A real aiosmtpd relay on loopback that injects faults where a test tells it to.
+
+``plan(stage, recipient)`` is asked at every step of every transaction and returns a
+:class:`Fault` or ``None`` (go on). Stages: ``MAIL`` (recipient unknown: ``None``), ``RCPT``,
+``DATA-CMD`` (the DATA command, before the ``354``), ``DATA`` (after the final dot, before the
+reply). A fault answers with ``reply`` and/or closes the connection; at ``DATA`` with
+``keep=True`` the message is stored first (the relay took it) and then the line is dropped with no
+reply: RFC 1047's window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult
+
+from newsletter.sink import free_port
+
+
+@dataclass(frozen=True)
+class Fault:
+    reply: str | None = None
+    """The SMTP reply to send instead of accepting (``None``: no reply)."""
+    close: bool = False
+    """Close the connection (after ``reply``, if any)."""
+    keep: bool = False
+    """At ``DATA``: store the message before dropping the line (the relay accepted it)."""
+
+
+Plan = Callable[[str, str | None], Fault | None]
+
+
+@dataclass
+class Delivered:
+    rcpt_tos: list[str]
+    data: bytes
+
+    @property
+    def message(self) -> Message:
+        return message_from_bytes(self.data)
+
+    @property
+    def message_id(self) -> str:
+        return str(self.message["Message-ID"])
+
+
+@dataclass
+class FaultHandler:
+    plan: Plan | None = None
+    received: list[Delivered] = field(default_factory=list)
+    connections: int = 0
+    hold: threading.Event | None = None
+    """When set to an Event, DATA waits for it before answering (to freeze a send in flight)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fault(self, stage: str, rcpt: str | None) -> Fault | None:
+        if self.plan is None:
+            return None
+        with self.lock:
+            return self.plan(stage, rcpt)
+
+    @staticmethod
+    async def apply(server: SMTP, fault: Fault) -> str:
+        if fault.close:
+            if fault.reply:
+                await server.push(fault.reply)
+            assert server.transport is not None
+            server.transport.close()
+            return "421 4.4.2 closing"  # written to a closed line: never seen
+        assert fault.reply is not None
+        return fault.reply
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        f = self.fault("MAIL", None)
+        if f is not None:
+            return await self.apply(server, f)
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
+        return "250 OK"
+
+    async def handle_RCPT(
+        self, server: SMTP, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        f = self.fault("RCPT", address)
+        if f is not None:
+            return await self.apply(server, f)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Any, envelope: Any) -> str:
+        while self.hold is not None and not self.hold.is_set():
+            await asyncio.sleep(0.01)
+        rcpt = envelope.rcpt_tos[0] if envelope.rcpt_tos else None
+        f = self.fault("DATA", rcpt)
+        data = envelope.original_content or envelope.content
+        if f is not None and not f.keep:
+            return await self.apply(server, f)
+        with self.lock:
+            self.received.append(Delivered(list(envelope.rcpt_tos), data))
+        if f is not None:
+            return await self.apply(server, f)
+        return "250 2.0.0 OK queued"
+
+
+class _FaultSMTP(SMTP):
+    def __init__(self, handler: FaultHandler, **kw: Any) -> None:
+        super().__init__(handler, **kw)
+        self.fault_handler = handler
+
+    def connection_made(self, transport: Any) -> None:
+        with self.fault_handler.lock:
+            self.fault_handler.connections += 1
+        super().connection_made(transport)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        rcpt = self.envelope.rcpt_tos[0] if self.envelope and self.envelope.rcpt_tos else None
+        f = self.fault_handler.fault("DATA-CMD", rcpt)
+        if f is not None:
+            if f.reply:
+                await self.push(f.reply)
+            if f.close:
+                assert self.transport is not None
+                self.transport.close()
+            return
+        await super().smtp_DATA(arg)
+
+
+class _Controller(Controller):
+    def factory(self) -> SMTP:
+        return _FaultSMTP(self.handler, **self.SMTP_kwargs)
+
+
+@dataclass
+class FaultServer:
+    host: str
+    port: int
+    handler: FaultHandler
+
+    @property
+    def received(self) -> list[Delivered]:
+        with self.handler.lock:
+            return list(self.handler.received)
+
+    def ids_by_rcpt(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for d in self.received:
+            for r in d.rcpt_tos:
+                out.setdefault(r, []).append(d.message_id)
+        return out
+
+    def count_by_rcpt(self) -> Counter[str]:
+        return Counter(r for d in self.received for r in d.rcpt_tos)
+
+
+@contextmanager
+def fault_server(plan: Plan | None = None, *, refuse_login: bool = False) -> Iterator[FaultServer]:
+    handler = FaultHandler(plan)
+    port = free_port()
+    kw: dict[str, Any] = {}
+    if refuse_login:
+        kw = {
+            "auth_require_tls": False,
+            "authenticator": lambda *a: AuthResult(success=False, handled=False),
+        }
+    controller = _Controller(handler, hostname="127.0.0.1", port=port, **kw)
+    controller.start()
+    handler.connections = 0  # start() connects once to check the server is up
+    try:
+        yield FaultServer("127.0.0.1", port, handler)
+    finally:
+        controller.stop()
+        asyncio.set_event_loop(None)
