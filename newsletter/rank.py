@@ -31,6 +31,7 @@ Pure: papers, rules and ``now`` in; scores and ranked items out.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import re
@@ -630,6 +631,12 @@ class Ranker:
                 for j in order
             )
 
+        # The order sections() merges in: the stored (6-digit) score, then the paper key.
+        self._pool_order: dict[str, tuple[DigestItem, ...]] = {
+            name: tuple(sorted(items, key=lambda i: (-i.score, i.paper.key)))
+            for name, items in self.ranked.items()
+        }
+
     def _position(self, paper: Paper) -> int:
         for j, p in enumerate(self.index.papers):
             if p.id == paper.id:
@@ -735,28 +742,36 @@ class Ranker:
         list of at most ``max_items``, still honouring each topic's own ``max_items``.
         """
         names = [n for n in dict.fromkeys(topic_names) if n in self.topics]
-        excluded = set(exclude_ids)
-        pool = sorted(
-            (
-                (item, k)
+        excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
+        # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
+        # yields the same sequence as sorting the whole pool, and stops as soon as every topic
+        # is full: a subscriber costs a few dozen items, not every paper their topics match.
+        pool = heapq.merge(
+            *(
+                ((item.score, item.paper.key, k, item) for item in self._pool_order[name])
                 for k, name in enumerate(names)
-                for item in self.ranked[name]
-                if item.paper.id not in excluded
             ),
-            key=lambda e: (-e[0].score, e[0].paper.key, e[1]),
+            key=lambda e: (-e[0], e[1], e[2]),
         )
         limits = {n: self.topics[n].max_items or max_items for n in names}
         chosen: dict[str, list[DigestItem]] = {n: [] for n in names}
+        open_topics = sum(1 for n in names if limits[n] > 0)
         taken: set[int] = set()
         total = 0
-        for item, _ in pool:
-            if item.paper.id in taken or len(chosen[item.topic]) >= limits[item.topic]:
-                continue
-            if not group_by_topic and total >= max_items:
+        for _, _, _, item in pool:
+            if open_topics == 0 or (not group_by_topic and total >= max_items):
                 break
-            taken.add(item.paper.id)
-            chosen[item.topic].append(item)
+            pid = item.paper.id
+            if pid in excluded or pid in taken:
+                continue
+            mine = chosen[item.topic]
+            if len(mine) >= limits[item.topic]:
+                continue
+            taken.add(pid)
+            mine.append(item)
             total += 1
+            if len(mine) == limits[item.topic]:
+                open_topics -= 1
         if group_by_topic:
             return tuple(TopicSection(n, self.topics[n].label, tuple(chosen[n])) for n in names)
         merged = sorted(

@@ -500,3 +500,60 @@ def test_top_rows_equals_a_full_sort_with_ties_and_zeros(
         assert [int(j) for j in ids[r] if j >= 0] == order
         assert vals[r][: len(order)].tolist() == scores[r, order].tolist()
         assert (ids[r][len(order) :] == -1).all()
+
+
+def sections_by_full_sort(
+    ranker: Ranker, names: list[str], exclude: set[int], max_items: int, grouped: bool
+) -> list[tuple[str, list[str]]]:
+    """The obvious way: sort every matching item of every topic, then fill the topics."""
+    names = [n for n in dict.fromkeys(names) if n in ranker.topics]
+    pool = sorted(
+        (
+            (item, k)
+            for k, n in enumerate(names)
+            for item in ranker.ranked[n]
+            if item.paper.id not in exclude
+        ),
+        key=lambda e: (-e[0].score, e[0].paper.key, e[1]),
+    )
+    limits = {n: ranker.topics[n].max_items or max_items for n in names}
+    chosen: dict[str, list[Any]] = {n: [] for n in names}
+    taken: set[int] = set()
+    total = 0
+    for item, _ in pool:
+        if item.paper.id in taken or len(chosen[item.topic]) >= limits[item.topic]:
+            continue
+        if not grouped and total >= max_items:
+            break
+        taken.add(item.paper.id)
+        chosen[item.topic].append(item)
+        total += 1
+    if grouped:
+        return [(n, [i.paper.key for i in chosen[n]]) for n in names]
+    merged = sorted((i for n in names for i in chosen[n]), key=lambda i: (-i.score, i.paper.key))
+    return [("all", [i.paper.key for i in merged])]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    picks=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=4),
+    exclude_every=st.sampled_from([0, 2, 3, 7]),
+    max_items=st.integers(1, 12),
+    grouped=st.booleans(),
+)
+def test_sections_merge_equals_a_full_sort(
+    picks: list[str], exclude_every: int, max_items: int, grouped: bool
+) -> None:
+    real_papers = load_papers()
+    topics = [
+        topic("a", keywords=["GPU", "inference"]),
+        topic("b", keywords=["language model", "serving"], max_items=3),
+        topic("c", keywords=["training", "GPU"]),
+        topic("d", categories=["cs.LG"]),
+    ]
+    ranker = Ranker(topics, real_papers, NOW)
+    exclude = {p.id for p in real_papers[::exclude_every]} if exclude_every else set()
+    got = ranker.sections(picks, exclude_ids=exclude, max_items=max_items, group_by_topic=grouped)
+    assert [(s.name, [i.paper.key for i in s.items]) for s in got] == sections_by_full_sort(
+        ranker, picks, exclude, max_items, grouped
+    )
