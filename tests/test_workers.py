@@ -543,3 +543,63 @@ def test_send_with_the_broker_down_says_so_and_records_the_failed_run(
     assert run.status == "failed" and "could not enqueue" in (run.error or "")
     assert smtp_server.received == []
     store.close()
+
+
+# ---------------------------------------------------------------------------- RabbitMQ
+
+RABBIT_URL = os.environ.get("NEWSLETTER_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def _rabbit_reason() -> str | None:
+    try:
+        from kombu import Connection
+
+        with Connection(RABBIT_URL, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+        return None
+    except Exception as e:  # the server is absent or refuses us
+        return f"RabbitMQ not reachable at {RABBIT_URL}: {type(e).__name__}: {e}"
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_worker_on_rabbitmq_sends_each_digest_once(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer
+) -> None:
+    """The same edition through RabbitMQ (results over ``rpc://``): one digest per subscriber."""
+    reason = _rabbit_reason()
+    if reason:
+        pytest.skip(reason)
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, name, broker_url=RABBIT_URL)
+    config, store, _ = prepared(path, 120)
+    assert config.settings.workers is not None and config.settings.workers.backend() == "rpc://"
+    worker = start_worker(path, f"rabbit-{name}@%h", tmp_path / "worker.log")
+    try:
+        ready = time.monotonic() + 40
+        # `worker --ping` in its own process, as a container healthcheck runs it (kombu's AMQP
+        # producer pool keeps a socket open in the process that pings)
+        ping = [sys.executable, "-m", "newsletter", "--config", str(path), "worker", "--ping"]
+        while subprocess.run([*ping, "--name", f"rabbit-{name}@%h"], cwd=ROOT).returncode != 0:
+            assert time.monotonic() < ready, (tmp_path / "worker.log").read_text()[-2000:]
+        sent = subprocess.run(
+            [sys.executable, "-m", "newsletter", "--config", str(path), "send", "--now"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        ids_by_rcpt = message_ids(smtp_server)
+        assert len(ids_by_rcpt) == 120
+        assert all(len(set(v)) == 1 and len(v) == 1 for v in ids_by_rcpt.values())
+        editions = store.editions_on(utcnow().date())
+        assert len(editions) == 120 and {e.status.value for e in editions} == {"sent"}
+    finally:
+        worker.terminate()
+        worker.wait(20)
+        store.close()
+        from kombu import Connection
+
+        with Connection(RABBIT_URL) as conn:  # leave no queue behind
+            conn.default_channel.queue_delete(name)
