@@ -17,22 +17,19 @@ import re
 import smtplib
 import ssl
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from email import policy
 from email.utils import format_datetime, parseaddr
 from types import TracebackType
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import SenderSettings, Settings, SmtpSettings
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.mime import DigestMessage, MimeWriter, header_address
 from newsletter.render import DigestLinks, RenderedDigest
-
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
 
@@ -55,6 +52,34 @@ class Envelope:
     recipient: str
     data: bytes
     message_id: str
+    crlf: bool = False
+    """``data`` is known to end its lines with CRLF only (no bare CR or LF to fix)."""
+    dot_lines: bool = True
+    """A line of ``data`` may begin with ``.`` (to be doubled on the wire). False only when the
+    writer knows none does."""
+
+
+_EOLS = re.compile(rb"\r\n|\n|\r(?!\n)")
+
+
+def wire_data(envelope: Envelope) -> bytes:
+    """``envelope.data`` as the DATA command carries it (RFC 5321 4.5.2), final dot excluded.
+
+    Bare CR and LF become CRLF (RFC 5321 2.3.8 allows no other line ending; ``smtplib`` passes
+    bytes through as they are) and a dot that begins a line is doubled, but only when the
+    envelope does not vouch for its bytes: a digest from :mod:`newsletter.mime` is CRLF
+    throughout and knows whether it has a dotted line, so its 60 KB are not scanned per message.
+    """
+    data = envelope.data
+    if not envelope.crlf:
+        data = _EOLS.sub(b"\r\n", data)
+    if envelope.dot_lines:
+        if data.startswith(b"."):
+            data = b"." + data
+        data = data.replace(b"\n.", b"\n..")
+    if not data.endswith(b"\r\n"):
+        data += b"\r\n"
+    return data
 
 
 def build_message(
@@ -76,7 +101,7 @@ def build_message(
     non-ASCII local part is written as UTF-8 (RFC 6532) and the mailer sends it with SMTPUTF8.
     """
     s = _sender_fields(settings.sender)
-    data = MIME_WRITER.write(
+    data, dot_lines = MIME_WRITER.compose(
         DigestMessage(
             subject=rendered.subject,
             from_name=s.from_name,
@@ -96,7 +121,7 @@ def build_message(
         )
     )
     # The recipient as stored: the mailer turns it into its envelope form (IDNA, SMTPUTF8).
-    return Envelope(s.from_address, to_address, data, message_id)
+    return Envelope(s.from_address, to_address, data, message_id, crlf=True, dot_lines=dot_lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +180,7 @@ def is_temporary(code: int) -> bool:
 
 
 class _Tracking(smtplib.SMTP):
-    """``smtplib.SMTP`` that remembers how far the transaction got.
+    """``smtplib.SMTP`` that remembers how far the transaction got (set by ``_transact``).
 
     ``stage`` is the last command sent (``MAIL``, ``RCPT``, ``DATA``); ``final_dot_sent`` is true
     once the message and its final ``.`` were written to the socket, before the reply is read. A
@@ -164,29 +189,6 @@ class _Tracking(smtplib.SMTP):
 
     stage = "CONNECT"
     final_dot_sent = False
-    _in_data = False
-
-    def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        self.stage = "MAIL"
-        self.final_dot_sent = False
-        return super().mail(sender, options)
-
-    def rcpt(self, recip: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        self.stage = "RCPT"
-        return super().rcpt(recip, options)
-
-    def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
-        self.stage = "DATA"
-        self._in_data = True
-        try:
-            return super().data(msg)
-        finally:
-            self._in_data = False
-
-    def send(self, s: ReadableBuffer | str) -> None:
-        super().send(s)
-        if self._in_data and isinstance(s, bytes | bytearray) and bytes(s[-5:]) == b"\r\n.\r\n":
-            self.final_dot_sent = True
 
 
 class _TrackingSSL(_Tracking, smtplib.SMTP_SSL):
@@ -286,7 +288,7 @@ class SmtpMailer:
                         stage="MAIL",
                     )
                 options.append("SMTPUTF8")
-            conn.sendmail(envelope.sender, [wire_rcpt], envelope.data, mail_options=options)
+            self._transact(conn, envelope.sender, wire_rcpt, options, wire_data(envelope))
         except InvalidAddress as e:
             raise DeliveryError(rcpt, str(e), code=None, temporary=False, stage="RCPT") from e
         except smtplib.SMTPRecipientsRefused as e:
@@ -312,6 +314,47 @@ class SmtpMailer:
         except OSError as e:
             self._lost(rcpt, conn, e)
         self._sent_on_conn += 1
+
+    @staticmethod
+    def _transact(conn: _Tracking, sender: str, rcpt: str, options: list[str], data: bytes) -> None:
+        """MAIL, RCPT, DATA for one recipient; raises what ``smtplib.SMTP.sendmail`` raises.
+
+        Written out rather than ``sendmail``: the addresses are already in envelope form (no
+        ``quoteaddr`` parsing) and ``data`` is already in wire form (see :func:`wire_data`).
+        A refused command is followed by RSET (or, after 421, by closing), as ``sendmail`` does.
+        """
+        for address in (sender, rcpt):
+            if _NOT_IN_PATH.search(address):
+                raise InvalidAddress(f"{address!r} cannot be sent in an SMTP command")
+        conn.ehlo_or_helo_if_needed()
+        mail = f"FROM:<{sender}>"
+        if conn.does_esmtp:
+            if conn.has_extn("size"):
+                options = [*options, f"SIZE={len(data) + 3}"]
+            if options:
+                mail += " " + " ".join(options)
+        conn.command_encoding = "utf-8" if "SMTPUTF8" in options else "ascii"
+        conn.stage, conn.final_dot_sent = "MAIL", False
+        code, resp = conn.docmd("MAIL", mail)
+        if code != 250:
+            _abandon(conn, code)
+            raise smtplib.SMTPSenderRefused(code, resp, sender)
+        conn.stage = "RCPT"
+        code, resp = conn.docmd("RCPT", f"TO:<{rcpt}>")
+        if code not in (250, 251):
+            _abandon(conn, code)
+            raise smtplib.SMTPRecipientsRefused({rcpt: (code, resp)})
+        conn.stage = "DATA"
+        code, resp = conn.docmd("DATA")
+        if code != 354:
+            _abandon(conn, code)
+            raise smtplib.SMTPDataError(code, resp)
+        conn.send(data + b".\r\n")
+        conn.final_dot_sent = True
+        code, resp = conn.getreply()
+        if code != 250:
+            _abandon(conn, code)
+            raise smtplib.SMTPDataError(code, resp)
 
     def _lost(self, rcpt: str, conn: _Tracking, e: Exception) -> NoReturn:
         dot, stage, reused = conn.final_dot_sent, conn.stage, self._sent_on_conn > 0
@@ -361,6 +404,19 @@ class SmtpMailer:
                 conn.quit()
             except (smtplib.SMTPException, OSError):
                 _close_quietly(conn)
+
+
+_NOT_IN_PATH = re.compile(r"[\x00-\x20<>\x7f]")
+"""Characters that cannot stand inside ``<...>`` in MAIL FROM / RCPT TO as written here."""
+
+
+def _abandon(conn: smtplib.SMTP, code: int) -> None:
+    """After a refused command: RSET to reuse the connection, or close it after a 421."""
+    if code == 421:
+        conn.close()
+        return
+    with contextlib.suppress(smtplib.SMTPServerDisconnected):
+        conn.rset()
 
 
 class _ClosedWhileIdle(Exception):

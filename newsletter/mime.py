@@ -17,7 +17,9 @@ writes the same message in ~0.1 ms. It is small because a digest is always the s
 - **Bodies** are UTF-8, quoted-printable, CRLF line endings, lines at most 76 characters. The
   encoding is done line by line with a bounded cache: the lines of a digest repeat across
   subscribers (the template's lines with their inlined CSS, each paper's title and abstract), so
-  most of a message is encoded once per run.
+  most of a message is encoded once per run. The writer also says whether a line of the message
+  begins with ``.``, so the mailer knows without scanning whether SMTP dot-stuffing has work to
+  do (:func:`newsletter.deliver.wire_data`).
 - **Boundary**: ``=_`` plus a hash of the Message-ID. ``=_`` cannot occur in quoted-printable
   output, and a resent message (same Message-ID) gets the same bytes.
 """
@@ -217,8 +219,16 @@ class QuotedPrintable:
         self.max_lines = max_lines
         self._paragraphs: dict[str, bytes] = {}
         self._lines: dict[str, bytes] = {}
+        self._dotted: set[str] = set()
+        """Cached paragraphs whose encoding has a line that begins with a dot."""
 
     def encode(self, text: str) -> bytes:
+        return self.encode_flagged(text)[0]
+
+    def encode_flagged(self, text: str) -> tuple[bytes, bool]:
+        """The encoded text, and whether one of its lines begins with ``.`` (SMTP then doubles
+        that dot: see :func:`newsletter.deliver.wire_data`). Known per cached paragraph, so the
+        sender need not scan each message for it."""
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         if not text.endswith("\n"):
@@ -226,14 +236,18 @@ class QuotedPrintable:
         cache = self._paragraphs
         if len(cache) > self.max_paragraphs:
             cache.clear()
+            self._dotted.clear()
         paragraphs = text.split("\n\n")
         get = cache.get
         out = [get(p) for p in paragraphs]
         if None in out:
             for i, enc in enumerate(out):
                 if enc is None:
-                    out[i] = cache[paragraphs[i]] = self._encode_lines(paragraphs[i])
-        return b"\r\n\r\n".join(out)  # type: ignore[arg-type]  # no None left
+                    enc = out[i] = cache[paragraphs[i]] = self._encode_lines(paragraphs[i])
+                    if enc.startswith(b".") or b"\n." in enc:
+                        self._dotted.add(paragraphs[i])
+        dotted = bool(self._dotted) and any(p in self._dotted for p in paragraphs)
+        return b"\r\n\r\n".join(out), dotted  # type: ignore[arg-type]  # no None left
 
     def _encode_lines(self, paragraph: str) -> bytes:
         cache = self._lines
@@ -280,6 +294,10 @@ class MimeWriter:
         self.qp = QuotedPrintable()
 
     def write(self, m: DigestMessage) -> bytes:
+        return self.compose(m)[0]
+
+    def compose(self, m: DigestMessage) -> tuple[bytes, bool]:
+        """The message, and whether a line of it begins with ``.`` (only a body line can)."""
         message_id = one_line(m.message_id).replace(" ", "")
         boundary = "=_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
         headers = [
@@ -308,19 +326,22 @@ class MimeWriter:
         head = "\r\n".join(headers).encode("utf-8")  # ASCII but for a UTF-8 local part
         part = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
         sep = f"\r\n--{boundary}\r\n".encode("ascii")
-        return b"".join(
+        text, text_dots = self.qp.encode_flagged(m.text)
+        html, html_dots = self.qp.encode_flagged(m.html)
+        data = b"".join(
             (
                 head,
                 b"\r\n\r\n",
                 f"--{boundary}\r\n".encode("ascii"),
                 part % b"plain",
-                self.qp.encode(m.text),
+                text,
                 sep,
                 part % b"html",
-                self.qp.encode(m.html),
+                html,
                 f"\r\n--{boundary}--\r\n".encode("ascii"),
             )
         )
+        return data, text_dots or html_dots
 
 
 _URL_UNSAFE = re.compile(r"[^\x21-\x7e]|[<>]")

@@ -28,19 +28,34 @@ class DkimSigner:
         self.headers = [h.encode("ascii") for h in settings.headers]
         self._key = private_key
 
-    def sign(self, data: bytes) -> bytes:
-        header = dkim.sign(
-            data,
-            self.selector,
-            self.domain,
-            self._key,
-            include_headers=self.headers,
-            canonicalize=(b"relaxed", b"relaxed"),
+    def header(self, data: bytes) -> bytes:
+        """The ``DKIM-Signature`` header field (with its CRLF) for ``data``."""
+        return bytes(
+            dkim.sign(
+                data,
+                self.selector,
+                self.domain,
+                self._key,
+                include_headers=self.headers,
+                canonicalize=(b"relaxed", b"relaxed"),
+            )
         )
-        return bytes(header) + data
+
+    def sign(self, data: bytes) -> bytes:
+        return self.header(data) + data
 
     def sign_envelope(self, envelope: Envelope) -> Envelope:
-        return dataclasses.replace(envelope, data=self.sign(envelope.data))
+        """The envelope with the header prepended; what the envelope vouched for its bytes
+        (CRLF only, no line beginning with a dot) still holds only if the header keeps it."""
+        header = self.header(envelope.data)
+        crlf = envelope.crlf and header.count(b"\n") == header.count(b"\r\n") == header.count(b"\r")
+        dotted = header.startswith(b".") or b"\n." in header
+        return dataclasses.replace(
+            envelope,
+            data=header + envelope.data,
+            crlf=crlf,
+            dot_lines=envelope.dot_lines or dotted,
+        )
 
     @classmethod
     def from_config(cls, config: Config) -> DkimSigner | None:
