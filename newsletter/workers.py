@@ -272,6 +272,8 @@ class Enqueued:
     not_due: int = 0
     settled: int = 0
     """Due subscribers left out: their edition for the date is already sent or skipped."""
+    run_id: int | None = None
+    """The run recorded for this enqueuing (set by :func:`send_with_workers`)."""
 
 
 def enqueue_edition(
@@ -430,6 +432,7 @@ def _send_with_workers(
     except Exception as e:
         store.finish_run(run_id, "failed", utcnow(), {}, f"could not enqueue: {e}")
         raise
+    enqueued.run_id = run_id
     if on_enqueued is not None:
         on_enqueued(enqueued)
     counts: dict[str, Any] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi import APIRouter, Header, HTTPException, Request, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict
 
@@ -98,9 +98,15 @@ class SendRequest(BaseModel):
 
 @router.post("/admin/send", include_in_schema=False)
 def admin_send(
-    body: SendRequest, request: Request, authorization: str | None = Header(default=None)
+    body: SendRequest,
+    request: Request,
+    response: Response,
+    authorization: str | None = Header(default=None),
 ) -> dict[str, Any]:
-    """Trigger `send --now` (with the same options) from outside; Bearer token from the env."""
+    """Trigger `send --now` (with the same options) from outside; Bearer token from the env.
+
+    Like `newsletter send`, a whole-list send (no ``to``, not ``dry_run``) with ``workers:``
+    configured queues the edition's chunks for the workers and answers 202 at once."""
     from newsletter.addresses import InvalidAddress, normalize_address
     from newsletter.runs import send_step
 
@@ -121,11 +127,15 @@ def admin_send(
         raise HTTPException(422, "force re-sends one subscriber's edition: give 'to'")
     if body.topic is not None and body.topic not in {t.name for t in ctx.config.settings.topics}:
         raise HTTPException(422, f"unknown topic {body.topic!r}")
+    by_workers = ctx.config.settings.workers is not None and to is None and not body.dry_run
     jobs = getattr(request.app.state, "jobs", None)
     lock = jobs.lock if jobs is not None else None
     if lock is not None and not lock.acquire(timeout=60):
         raise HTTPException(409, "a scheduled run is in progress; try again shortly")
     try:
+        if by_workers:  # the lock is held only while queuing, not while the workers send
+            response.status_code = 202
+            return _enqueue(ctx, body.topic)
         report = send_step(
             ctx.config,
             ctx.store,
@@ -146,3 +156,37 @@ def admin_send(
     if body.dry_run:
         out["would_send"] = [{"to": a, "subject": r.subject} for a, r in report.rendered]
     return out
+
+
+def _enqueue(ctx: WebContext, topic: str | None) -> dict[str, Any]:
+    """Queue the edition's chunks for the workers (as `send --now --no-wait`); what was queued."""
+    from newsletter.workers import BrokerError, send_with_workers
+
+    workers = ctx.config.settings.workers
+    assert workers is not None
+    try:
+        enqueued, _ = send_with_workers(
+            ctx.config, ctx.store, ctx.now(), kind="admin", topic=topic, wait=False
+        )
+    except BrokerError as e:  # the run is recorded as failed
+        raise HTTPException(
+            503, f"{e}; then POST again (editions already sent are left out)"
+        ) from e
+    return {
+        "status": "enqueued",
+        "run_id": enqueued.run_id,
+        "queue": workers.queue,
+        "now": enqueued.now.isoformat(),
+        "topic": topic,
+        "chunks": len(enqueued.results),
+        "subscribers": enqueued.subscribers,
+        "already": enqueued.settled,
+        "not_due": enqueued.not_due,
+        "task_ids": [r.id for r in enqueued.results],
+        "progress": (
+            "the workers ('newsletter worker') send the queued editions; "
+            "'newsletter status' shows today's editions by ledger state (sent, claimed, failed) "
+            f"and this run ({enqueued.run_id}: kind admin, status enqueued); GET /metrics has "
+            "newsletter_editions_today{status}"
+        ),
+    }
