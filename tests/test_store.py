@@ -173,3 +173,48 @@ def test_permanent_failures_suppress_at_the_limit(store: Store) -> None:
     assert store.record_permanent_failure(sub.id, 2, NOW)
     got = store.get_subscriber("gone@example.org")
     assert got is not None and got.status is SubscriberStatus.SUPPRESSED
+
+
+def test_a_group_commit_of_begins_and_sent_marks_gives_each_op_its_own_result(
+    store: Store,
+) -> None:
+    """One apply_ledger call as the ledger writer makes it: begins of several senders (one
+    edition another run took, one whose subscriber left) and sent marks with their papers."""
+    from newsletter.store.db import LedgerOp
+
+    day = date(2026, 11, 17)
+    ids = store.write_papers("s", decide([paper(f"2611.0000{i}") for i in range(1, 4)], {}), NOW)
+    pids = sorted(ids.values())
+    subs = [store.add_subscriber(f"u{i}@example.org", topics=["t"], now=NOW)[0] for i in range(6)]
+    claims = [store.claim_edition(s.id, day, f"<{s.id}@x>", NOW, owner="me") for s in subs]
+    assert all(c is not None for c in claims)
+    c = [cl for cl in claims if cl is not None]
+    store.set_status("u1@example.org", SubscriberStatus.UNSUBSCRIBED, NOW)  # left meanwhile
+    store.mark_edition(c[2].id, EditionStatus.SENT, NOW)  # another run finished this one
+    begins = [LedgerOp("begin", c[i].id, subs[i].id, "me") for i in range(4)]
+    assert store.apply_ledger(begins, NOW) == ["ok", "inactive", "lost", "ok"]
+    later = NOW + timedelta(seconds=5)
+    ops = [
+        LedgerOp("mark", c[0].id, subs[0].id, status=EditionStatus.SENT, paper_ids=tuple(pids)),
+        LedgerOp("mark", c[3].id, subs[3].id, status=EditionStatus.SENT, paper_ids=(pids[0],)),
+        LedgerOp("begin", c[4].id, subs[4].id, "me"),
+        LedgerOp("begin", c[5].id, subs[5].id, "someone else"),
+    ]
+    assert store.apply_ledger(ops, later) == [None, None, "ok", "lost"]
+    sent_ids = store.sent_paper_ids([s.id for s in subs])
+    assert {k: v for k, v in sent_ids.items() if v} == {
+        subs[0].id: set(pids),
+        subs[3].id: {pids[0]},
+    }
+    status = {s.email: store.edition_for(s.id, day) for s in subs}
+    got = {e: (r.status, r.item_count) for e, r in status.items() if r is not None}
+    assert got == {
+        "u0@example.org": (EditionStatus.SENT, 3),
+        "u1@example.org": (EditionStatus.SKIPPED, 0),
+        "u2@example.org": (EditionStatus.SENT, 0),
+        "u3@example.org": (EditionStatus.SENT, 1),
+        "u4@example.org": (EditionStatus.SENDING, 0),
+        "u5@example.org": (EditionStatus.CLAIMED, 0),
+    }
+    sent = status["u0@example.org"]
+    assert sent is not None and sent.finished == later and sent.attempts == 1

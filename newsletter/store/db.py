@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import (
+    ARRAY,
     Connection,
     Engine,
     Insert,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -1178,15 +1180,27 @@ class Store:
 
         ``begin`` returns what :meth:`begin_send` returns, ``permanent_failure`` what
         :meth:`record_permanent_failure` returns, the others ``None``. Nothing is applied if
-        one op fails.
+        one op fails. Ops are applied in order; a run of ``begin`` ops (one owner) is one
+        ``UPDATE … RETURNING``, and a run of ``sent`` marks is one ``UPDATE`` and one insert of
+        their papers, whatever their number (on PostgreSQL as arrays: one round trip each).
         """
         out: list[str | bool | None] = []
         with self.engine.begin() as conn:
-            for op in ops:
+            at = 0
+            while at < len(ops):
+                op = ops[at]
+                end = at + 1
                 if op.kind == "begin":
-                    out.append(
-                        self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
-                    )
+                    while (
+                        end < len(ops) and ops[end].kind == "begin" and ops[end].owner == op.owner
+                    ):
+                        end += 1
+                    out += self._begin_many(conn, ops[at:end], now)
+                elif _is_sent_mark(op):
+                    while end < len(ops) and _is_sent_mark(ops[end]):
+                        end += 1
+                    self._mark_sent_many(conn, ops[at:end], now)
+                    out += [None] * (end - at)
                 elif op.kind == "mark":
                     assert op.status is not None
                     self._mark(
@@ -1206,7 +1220,68 @@ class Store:
                     out.append(self._permanent_failure(conn, op.subscriber_id, op.limit, now))
                 else:  # pragma: no cover - a programming error
                     raise ValueError(f"unknown ledger op {op.kind!r}")
+                at = end
         return out
+
+    def _begin_many(
+        self, conn: Connection, ops: Sequence[LedgerOp], now: datetime
+    ) -> list[str | bool | None]:
+        """:meth:`_begin_send` for several editions of one owner: one statement when all are
+        still theirs and active (the usual case); each one that is not is looked at alone."""
+        if len(ops) == 1 or self.dialect != "postgresql":  # on SQLite one by one is cheaper
+            return [
+                self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
+                for op in ops
+            ]
+        done = set(
+            conn.scalars(
+                _BEGIN_MANY,
+                {"b_ids": [op.edition_id for op in ops], "b_owner": ops[0].owner, "b_now": now},
+            )
+        )
+        return [
+            "ok"
+            if op.edition_id in done
+            else self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
+            for op in ops
+        ]
+
+    def _mark_sent_many(self, conn: Connection, ops: Sequence[LedgerOp], now: datetime) -> None:
+        """``sent`` marks with their papers (see :func:`_is_sent_mark`), in two statements."""
+        if self.dialect == "postgresql":
+            conn.execute(
+                _PG_MARK_SENT,
+                {
+                    "ids": [op.edition_id for op in ops],
+                    "counts": [len(op.paper_ids) or None for op in ops],
+                    "now": now,
+                },
+            )
+            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
+            if rows:
+                sids, pids, eids = (list(col) for col in zip(*rows, strict=True))
+                conn.execute(_PG_SENT_PAPERS, {"sids": sids, "pids": pids, "eids": eids})
+            return
+        conn.execute(
+            _MARK_FINAL,
+            [
+                {
+                    "b_id": op.edition_id,
+                    "b_status": EditionStatus.SENT.value,
+                    "b_error": None,
+                    "b_finished": now,
+                    "b_items": len(op.paper_ids) or None,
+                }
+                for op in ops
+            ],
+        )
+        papers = [
+            {"subscriber_id": op.subscriber_id, "paper_id": pid, "edition_id": op.edition_id}
+            for op in ops
+            for pid in op.paper_ids
+        ]
+        if papers:
+            conn.execute(self._sent_papers_insert(), papers)
 
     def count_sent_since(self, since: datetime) -> int:
         """Editions handed to the relay since ``since`` (for the per-hour rate limit)."""
@@ -1405,6 +1480,55 @@ _BEGIN_SEND = (
         claimed=bindparam("b_now", type_=_e.c.claimed.type),
     )
 )
+_BEGIN_MANY = (
+    update(_e)
+    .where(
+        _e.c.id == func.any(bindparam("b_ids", type_=ARRAY(Integer))),
+        _e.c.owner == bindparam("b_owner"),
+        _e.c.status.in_(
+            [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value, EditionStatus.UNKNOWN.value]
+        ),
+        _e.c.subscriber_id.in_(select(_s.c.id).where(_s.c.status == SubscriberStatus.ACTIVE.value)),
+    )
+    .values(
+        status=EditionStatus.SENDING.value,
+        attempts=_e.c.attempts + 1,
+        claimed=bindparam("b_now", type_=_e.c.claimed.type),
+    )
+    .returning(_e.c.id)
+)
+_PG_MARK_SENT = text(
+    "UPDATE editions AS e SET status = :status, last_error = NULL, finished = :now, "
+    "item_count = coalesce(v.n, e.item_count) "
+    "FROM unnest(CAST(:ids AS integer[]), CAST(:counts AS integer[])) AS v(id, n) "
+    "WHERE e.id = v.id"
+).bindparams(
+    bindparam("ids", type_=ARRAY(Integer)),
+    bindparam("counts", type_=ARRAY(Integer)),
+    bindparam("now", type_=_e.c.finished.type),
+    status=EditionStatus.SENT.value,
+)
+_PG_SENT_PAPERS = text(
+    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
+    "SELECT * FROM unnest(CAST(:sids AS integer[]), CAST(:pids AS integer[]), "
+    "CAST(:eids AS integer[])) ON CONFLICT DO NOTHING"
+).bindparams(
+    bindparam("sids", type_=ARRAY(Integer)),
+    bindparam("pids", type_=ARRAY(Integer)),
+    bindparam("eids", type_=ARRAY(Integer)),
+)
+
+
+def _is_sent_mark(op: LedgerOp) -> bool:
+    """A ``sent`` mark that :meth:`Store._mark_sent_many` can take with others."""
+    return (
+        op.kind == "mark"
+        and op.status is EditionStatus.SENT
+        and op.subscriber_id > 0
+        and not op.error
+    )
+
+
 _FINAL = frozenset(
     {EditionStatus.SENT, EditionStatus.FAILED, EditionStatus.SKIPPED, EditionStatus.UNKNOWN}
 )
