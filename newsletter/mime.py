@@ -246,7 +246,7 @@ class QuotedPrintable:
                     enc = out[i] = cache[paragraphs[i]] = self._encode_lines(paragraphs[i])
                     if enc.startswith(b".") or b"\n." in enc:
                         self._dotted.add(paragraphs[i])
-        dotted = bool(self._dotted) and any(p in self._dotted for p in paragraphs)
+        dotted = bool(self._dotted) and not self._dotted.isdisjoint(paragraphs)
         return b"\r\n\r\n".join(out), dotted  # type: ignore[arg-type]  # no None left
 
     def _encode_lines(self, paragraph: str) -> bytes:
@@ -324,24 +324,51 @@ class MimeWriter:
             f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"',
         ]
         head = "\r\n".join(headers).encode("utf-8")  # ASCII but for a UTF-8 local part
-        part = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n'
         sep = f"\r\n--{boundary}\r\n".encode("ascii")
         text, text_dots = self.qp.encode_flagged(m.text)
-        html, html_dots = self.qp.encode_flagged(m.html)
+        seven_bit = as_7bit(m.html)
+        if seven_bit is not None:
+            html, html_dots = seven_bit
+            html_part = _PART % (b"html", b"7bit")
+        else:
+            html, html_dots = self.qp.encode_flagged(m.html)
+            html_part = _PART % (b"html", b"quoted-printable")
         data = b"".join(
             (
                 head,
                 b"\r\n\r\n",
                 f"--{boundary}\r\n".encode("ascii"),
-                part % b"plain",
+                _PART % (b"plain", b"quoted-printable"),
                 text,
                 sep,
-                part % b"html",
+                html_part,
                 html,
                 f"\r\n--{boundary}--\r\n".encode("ascii"),
             )
         )
         return data, text_dots or html_dots
+
+
+_PART = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: %s\r\n\r\n'
+
+
+def as_7bit(text: str) -> tuple[bytes, bool] | None:
+    """``text`` as a 7bit body (CRLF line endings), and whether a line begins with a dot; or
+    ``None`` when it cannot be one: a non-ASCII character, or a line over 998 octets.
+
+    The rendered HTML is ASCII (non-ASCII characters are written as references), so it usually
+    goes as it is: quoted-printable would turn every ``=`` of its attributes into ``=3D`` and
+    cost a pass over 50 KB per message for nothing.
+    """
+    if not text.isascii():
+        return None
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.endswith("\n"):
+        text += "\n"
+    if max(map(len, text.split("\n"))) > 998:
+        return None
+    return text.replace("\n", "\r\n").encode("ascii"), text.startswith(".") or "\n." in text
 
 
 _URL_UNSAFE = re.compile(r"[^\x21-\x7e]|[<>]")

@@ -69,6 +69,18 @@ class Paper:
     """Upvotes gained per hour over the recent signal history, when there is one."""
     announced: bool = True
     """False while the paper is known only from a backfill or a replacement (never offered)."""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # Papers key the renderer's caches for every subscriber: hash the fields once.
+        fields = (self.id, self.key, self.title, self.abstract, self.authors, self.categories)
+        rest = (self.url, self.pdf_url, self.code_url, self.version, self.published)
+        more = (self.first_seen, self.updated, self.sources, self.upvotes, self.comments)
+        last = (self.upvote_velocity, self.announced)
+        object.__setattr__(self, "_hash", hash((fields, rest, more, last)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class SubscriberStatus(StrEnum):

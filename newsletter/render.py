@@ -52,6 +52,10 @@ CACHE_SIZE = 4096
 """Memoized per-paper values and cards kept per renderer (bounded: the web app's renderer lives
 long; a few MB at most). A run with more papers than this still works: the cache starts over."""
 
+FRAGMENT_CHARS = 8_000_000
+"""Characters of rendered sections and cards kept per template environment (the HTML is ASCII:
+one byte each), so a run's memory stays flat however many different sections it renders."""
+
 
 def shipped_templates_dir() -> Path:
     """The shipped templates: inside the installed package, or the checkout's ``templates/``."""
@@ -145,15 +149,18 @@ def _to_references(text: str) -> str:
 class Fragments:
     """``{% call once(key...) %}body{% endcall %}``: the body rendered once per key, then reused.
 
-    The digest templates wrap each paper's card in it (keyed by the ``Paper`` itself, so a
-    changed paper is a new key): the card is rendered for the first subscriber who gets the
-    paper and copied for the others. Only what depends on the key may be inside; the reason,
-    which differs per subscriber, stays outside. Bounded: cleared when full.
+    The digest templates wrap each topic section in it (keyed by the ``TopicSection``, items and
+    reasons included, so a different section is a different key: most readers of a topic get
+    the same one) and, inside, each paper's card (keyed by the ``Paper`` itself, so a changed
+    paper is a new key). Only what depends on the key may be inside. Bounded by entries and by
+    characters held: the oldest entries go first.
     """
 
-    def __init__(self, size: int = CACHE_SIZE) -> None:
+    def __init__(self, size: int = CACHE_SIZE, max_chars: int = FRAGMENT_CHARS) -> None:
         self.size = size
+        self.max_chars = max_chars
         self._cache: dict[tuple[object, ...], str] = {}
+        self._chars = 0
 
     def __call__(self, *key: object, caller: Callable[[], str]) -> str:
         try:
@@ -161,9 +168,12 @@ class Fragments:
         except TypeError:  # an unhashable key: no caching
             return caller()
         if hit is None:
-            if len(self._cache) >= self.size:
-                self._cache.clear()
-            hit = self._cache[key] = caller()
+            hit = caller()
+            cache = self._cache
+            self._chars += len(hit)
+            while cache and (len(cache) >= self.size or self._chars > self.max_chars):
+                self._chars -= len(cache.pop(next(iter(cache))))
+            cache[key] = hit
         return hit
 
 

@@ -88,14 +88,21 @@ def rfc2047_phrase(raw_value: str) -> str:
     return "".join(out)
 
 
-def bodies(msg: EmailMessage) -> tuple[str, str]:
+def bodies(msg: EmailMessage, *, ours: bool = True) -> tuple[str, str]:
     assert msg.get_content_type() == "multipart/alternative"
     parts = list(msg.iter_parts())
     assert [p.get_content_type() for p in parts] == ["text/plain", "text/html"]
+    text_part, html_part = parts
+    assert text_part["Content-Transfer-Encoding"] == "quoted-printable"
+    if not ours:  # the EmailMessage reference path: quoted-printable throughout
+        assert html_part["Content-Transfer-Encoding"] == "quoted-printable"
     for p in parts:
-        assert p["Content-Transfer-Encoding"] == "quoted-printable"
         assert p.get_content_charset() == "utf-8"
     text, html = (str(p.get_content()).replace("\r\n", "\n") for p in parts)
+    # ASCII HTML with lines of at most 998 octets goes as it is; anything else quoted-printable
+    plain = html.isascii() and max(map(len, re.split(r"\r\n|\r|\n", html))) <= 998
+    if ours:
+        assert html_part["Content-Transfer-Encoding"] == ("7bit" if plain else "quoted-printable")
     return text, html
 
 
@@ -262,7 +269,7 @@ def same_as_email_message(rendered: RenderedDigest, to: str, name: str) -> None:
     for header in HEADERS:
         assert str(new[header]) == str(old[header]), header
     assert [k for k, _ in new.items()][: len(HEADERS)] == list(HEADERS[:3]) + list(HEADERS[3:])
-    assert bodies(new) == bodies(old)
+    assert bodies(new) == bodies(old, ours=False)
 
 
 @pytest.mark.parametrize("offset", range(0, 40, 8))
@@ -329,7 +336,7 @@ def test_hostile_feed_text_gives_the_same_message_as_email_message(
     digest = Digest(D.subscriber(), D.EDITION, (TopicSection("t", "Topic", (item,)),), ("Topic",))
     rendered = RENDERER.render(digest, D.links())
     old, new = _old_and_new(rendered, "ada@example.org", name)
-    assert bodies(new) == bodies(old)
+    assert bodies(new) == bodies(old, ours=False)
     for header in ("Subject", "List-Unsubscribe", "Message-ID"):
         assert str(new[header]) == str(old[header])
     assert new["To"].addresses[0].addr_spec == old["To"].addresses[0].addr_spec
@@ -347,3 +354,19 @@ def test_the_quoted_printable_caches_stay_bounded_and_correct() -> None:
         expected = quopri.encodestring(text.encode("utf-8")).replace(b"\n", b"\r\n")
         assert quopri.decodestring(encoded) == quopri.decodestring(expected)
         assert encoded.startswith(b"static line =3D same for all\r\n\r\nper reader")
+
+
+@pytest.mark.parametrize(
+    ("html", "cte"),
+    [
+        ("<p>plain ASCII</p>\n", "7bit"),
+        ("<p>" + "x" * 995 + "</p>\n", "quoted-printable"),  # a line over 998 octets
+        ("<p>caf\u00e9</p>\n", "quoted-printable"),  # not ASCII (a custom template's text)
+    ],
+)
+def test_the_html_part_goes_7bit_only_when_it_can(html: str, cte: str) -> None:
+    env = build(RenderedDigest("S", "p", html, "text\n"))
+    check_wire(env.data)
+    html_part = list(parse(env.data).iter_parts())[1]
+    assert html_part["Content-Transfer-Encoding"] == cte
+    assert str(html_part.get_content()).replace("\r\n", "\n") == html

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html as htmllib
 import logging
 import os
@@ -363,3 +364,66 @@ def test_a_changed_paper_is_rendered_anew_not_from_the_cache(
     assert "A replaced title (v2)" not in before.html
     again = fast.render(one(paper), D.links())
     assert again.html == before.html and again.text == before.text
+
+
+def _fresh_pair() -> tuple[Renderer, Renderer]:
+    return Renderer(D.settings()), Renderer(D.settings())
+
+
+def test_a_cached_section_is_the_section_rendered_afresh() -> None:
+    """The second subscriber with the same sections gets them from the cache: the same bytes
+    a fresh renderer makes for them, with their own name, address and links around them."""
+    warm, cold = _fresh_pair()
+    ada = D.digest(PAPERS, per_topic=5)
+    bob_sub = D.subscriber(2, "bob@example.org", "Bob")
+    bob = D.digest(PAPERS, per_topic=5, sub=bob_sub)
+    warm.render(ada, D.links(1))
+    again = warm.render(bob, D.links(2))
+    fresh = cold.render(bob, D.links(2))
+    assert (again.html, again.text) == (fresh.html, fresh.text)
+    assert "bob@example.org" in again.html and "ada@example.org" not in again.html
+    assert D.links(2).unsubscribe in again.text and D.links(1).unsubscribe not in again.text
+
+
+def test_a_section_that_differs_in_one_reason_or_paper_is_not_served_from_the_cache() -> None:
+    warm, cold = _fresh_pair()
+    base = D.digest(PAPERS, per_topic=3, topics=("Mixture of experts",))
+    warm.render(base, D.links())
+    section = base.sections[0]
+    first = section.items[0]
+    changed_reason = dataclasses.replace(first, reason="title: *a different reason*")
+    changed_paper = dataclasses.replace(
+        first, paper=dataclasses.replace(first.paper, upvotes=(first.paper.upvotes or 0) + 7)
+    )
+    for item in (changed_reason, changed_paper):
+        other = dataclasses.replace(
+            base,
+            sections=(dataclasses.replace(section, items=(item, *section.items[1:])),),
+        )
+        got, want = warm.render(other, D.links()), cold.render(other, D.links())
+        assert (got.html, got.text) == (want.html, want.text)
+    assert (
+        "a different reason"
+        in warm.render(
+            dataclasses.replace(
+                base, sections=(dataclasses.replace(section, items=(changed_reason,)),)
+            ),
+            D.links(),
+        ).text
+    )
+
+
+def test_fragments_stay_within_their_character_budget() -> None:
+    from newsletter.render import Fragments
+
+    once = Fragments(size=100, max_chars=1000)
+    for i in range(50):
+        assert once(i, caller=lambda i=i: f"{i:02d}" * 50) == f"{i:02d}" * 50
+    assert sum(len(v) for v in once._cache.values()) <= 1000
+    assert list(once._cache) == [(i,) for i in range(40, 50)]  # the oldest went first
+    calls: list[int] = []
+    assert once(49, caller=lambda: str(calls.append(1))) == "49" * 50 and not calls
+    small = Fragments(size=3)
+    for i in range(5):
+        small(i, caller=lambda: "x")
+    assert list(small._cache) == [(2,), (3,), (4,)]

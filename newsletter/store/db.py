@@ -1230,8 +1230,7 @@ class Store:
         still theirs and active (the usual case); each one that is not is looked at alone."""
         if len(ops) == 1 or self.dialect != "postgresql":  # on SQLite one by one is cheaper
             return [
-                self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
-                for op in ops
+                self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now) for op in ops
             ]
         done = set(
             conn.scalars(
