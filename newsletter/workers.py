@@ -324,6 +324,10 @@ def enqueue_edition(
     return out
 
 
+PEEK = 8
+"""Unfinished chunks :func:`wait_for` asks about per poll."""
+
+
 @dataclass
 class Progress:
     chunks: int
@@ -348,8 +352,12 @@ def wait_for(
     started = time.monotonic()
     while pending:
         still = []
+        unfinished = 0
         for result in pending:
-            if not result.ready():
+            # Chunks finish roughly in the order they were queued: after a few unfinished ones
+            # the rest are not asked about this time (a question to the result store each).
+            if unfinished >= PEEK or not result.ready():
+                unfinished += 1
                 still.append(result)
                 continue
             state.done += 1
