@@ -169,6 +169,8 @@ sent_papers = Table(
     Column("edition_id", Integer, ForeignKey("editions.id", ondelete="CASCADE"), nullable=False),
 )
 
+Index("ix_sent_papers_edition", sent_papers.c.edition_id)
+
 source_state = Table(
     "source_state",
     metadata,
