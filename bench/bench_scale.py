@@ -460,14 +460,14 @@ def report(
         "exits (the sink, PostgreSQL and Redis are not counted).",
         "",
         "| configuration | subscribers | delivered | wall s | digests/s | CPU ms/digest | "
-        "peak RSS MB (per process) |",
+        "per process: CPU s, peak RSS MB |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
-        rss = ", ".join(f"{p.role} {p.peak_rss_mb:.0f}" for p in r.processes)
+        each = "; ".join(f"{p.role}: {p.cpu:.1f} s, {p.peak_rss_mb:.0f} MB" for p in r.processes)
         lines.append(
             f"| {r.name} | {r.subscribers:,} | {r.delivered:,} | {r.wall:.1f} | {r.rate:.0f} | "
-            f"{r.cpu_ms_per_digest:.2f} | {rss} |"
+            f"{r.cpu_ms_per_digest:.2f} | {each} |"
         )
     lines += [
         "",

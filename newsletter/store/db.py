@@ -13,10 +13,12 @@ from typing import Any, Literal
 from sqlalchemy import (
     ARRAY,
     Connection,
+    Date,
     Engine,
     Insert,
     Integer,
     Table,
+    Text,
     and_,
     bindparam,
     create_engine,
@@ -964,25 +966,19 @@ class Store:
         order = sorted(range(len(wanted)), key=lambda k: (wanted[k][0], wanted[k][1]))
         out: list[EditionClaim | None] = [None] * len(wanted)
         with self.engine.begin() as conn:
-            # executemany with RETURNING ("insertmanyvalues"): one cached statement, rows sent
-            # as multi-row INSERTs in the order given
-            rows = conn.execute(
-                self._claim_insert(),
-                [
+            if self.dialect == "postgresql":
+                rows = conn.execute(
+                    _PG_CLAIM,
                     {
-                        "subscriber_id": wanted[k][0],
-                        "edition_date": wanted[k][1],
-                        "status": EditionStatus.CLAIMED.value,
-                        "message_id": wanted[k][2],
-                        "claimed": now,
+                        "sids": [wanted[k][0] for k in order],
+                        "dates": [wanted[k][1] for k in order],
+                        "mids": [wanted[k][2] for k in order],
+                        "now": now,
                         "owner": owner,
-                        "attempts": 0,
-                        "item_count": 0,
-                        "forced": False,
-                    }
-                    for k in order
-                ],
-            )
+                    },
+                )
+            else:
+                rows = self._claim_rows(conn, wanted, order, now, owner)
             inserted = {(r.subscriber_id, r.edition_date): r.id for r in rows}
             for k in order:
                 sid, day, mid = wanted[k]
@@ -992,6 +988,34 @@ class Store:
                 else:
                     out[k] = self._take_over(conn, sid, day, now, owner, lease, owner_gone)
         return out
+
+    def _claim_rows(
+        self,
+        conn: Connection,
+        wanted: Sequence[tuple[int, date, str]],
+        order: Sequence[int],
+        now: datetime,
+        owner: str,
+    ) -> Any:
+        # executemany with RETURNING ("insertmanyvalues"): one cached statement, rows sent as
+        # multi-row INSERTs in the order given
+        return conn.execute(
+            self._claim_insert(),
+            [
+                {
+                    "subscriber_id": wanted[k][0],
+                    "edition_date": wanted[k][1],
+                    "status": EditionStatus.CLAIMED.value,
+                    "message_id": wanted[k][2],
+                    "claimed": now,
+                    "owner": owner,
+                    "attempts": 0,
+                    "item_count": 0,
+                    "forced": False,
+                }
+                for k in order
+            ],
+        )
 
     @staticmethod
     def _take_over(
@@ -1248,18 +1272,21 @@ class Store:
     def _mark_sent_many(self, conn: Connection, ops: Sequence[LedgerOp], now: datetime) -> None:
         """``sent`` marks with their papers (see :func:`_is_sent_mark`), in two statements."""
         if self.dialect == "postgresql":
+            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
+            sids, pids, eids = (
+                (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
+            )
             conn.execute(
                 _PG_MARK_SENT,
                 {
                     "ids": [op.edition_id for op in ops],
                     "counts": [len(op.paper_ids) or None for op in ops],
                     "now": now,
+                    "sids": sids,
+                    "pids": pids,
+                    "eids": eids,
                 },
             )
-            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
-            if rows:
-                sids, pids, eids = (list(col) for col in zip(*rows, strict=True))
-                conn.execute(_PG_SENT_PAPERS, {"sids": sids, "pids": pids, "eids": eids})
             return
         conn.execute(
             _MARK_FINAL,
@@ -1497,24 +1524,38 @@ _BEGIN_MANY = (
     .returning(_e.c.id)
 )
 _PG_MARK_SENT = text(
-    "UPDATE editions AS e SET status = :status, last_error = NULL, finished = :now, "
-    "item_count = coalesce(v.n, e.item_count) "
+    # one round trip: the editions' sent marks and the papers they carried
+    "WITH marked AS (UPDATE editions AS e SET status = :status, last_error = NULL, "
+    "finished = :now, item_count = coalesce(v.n, e.item_count) "
     "FROM unnest(CAST(:ids AS integer[]), CAST(:counts AS integer[])) AS v(id, n) "
-    "WHERE e.id = v.id"
-).bindparams(
-    bindparam("ids", type_=ARRAY(Integer)),
-    bindparam("counts", type_=ARRAY(Integer)),
-    bindparam("now", type_=_e.c.finished.type),
-    status=EditionStatus.SENT.value,
-)
-_PG_SENT_PAPERS = text(
+    "WHERE e.id = v.id) "
     "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
     "SELECT * FROM unnest(CAST(:sids AS integer[]), CAST(:pids AS integer[]), "
     "CAST(:eids AS integer[])) ON CONFLICT DO NOTHING"
 ).bindparams(
+    bindparam("ids", type_=ARRAY(Integer)),
+    bindparam("counts", type_=ARRAY(Integer)),
+    bindparam("now", type_=_e.c.finished.type),
     bindparam("sids", type_=ARRAY(Integer)),
     bindparam("pids", type_=ARRAY(Integer)),
     bindparam("eids", type_=ARRAY(Integer)),
+    status=EditionStatus.SENT.value,
+)
+_PG_CLAIM = text(
+    # claims as arrays: one statement whatever their number, rows inserted in the order given
+    "INSERT INTO editions (subscriber_id, edition_date, status, message_id, claimed, owner, "
+    "attempts, item_count, forced) "
+    "SELECT v.s, v.d, :status, v.m, :now, :owner, 0, 0, false "
+    "FROM unnest(CAST(:sids AS integer[]), CAST(:dates AS date[]), CAST(:mids AS text[])) "
+    "WITH ORDINALITY AS v(s, d, m, k) ORDER BY v.k "
+    "ON CONFLICT (subscriber_id, edition_date) DO NOTHING "
+    "RETURNING id, subscriber_id, edition_date"
+).bindparams(
+    bindparam("sids", type_=ARRAY(Integer)),
+    bindparam("dates", type_=ARRAY(Date)),
+    bindparam("mids", type_=ARRAY(Text)),
+    bindparam("now", type_=_e.c.claimed.type),
+    status=EditionStatus.CLAIMED.value,
 )
 
 
