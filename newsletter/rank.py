@@ -156,6 +156,10 @@ def _groups(entries: Iterable[str | list[str]]) -> tuple[Group, ...]:
     return tuple((e,) if isinstance(e, str) else tuple(e) for e in entries)
 
 
+SECTIONS_CACHE = 8192
+"""Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One row of the scorer: what a topic (or one subscriber's keyword set) asks for."""
@@ -636,6 +640,12 @@ class Ranker:
             name: tuple(sorted(items, key=lambda i: (-i.score, i.paper.key)))
             for name, items in self.ranked.items()
         }
+        self._pool_ids = {
+            name: frozenset(i.paper.id for i in items) for name, items in self.ranked.items()
+        }
+        # Readers with the same topics (and the same already-sent papers among them) get the
+        # same sections: picked once, then reused. Bounded; entries are a few references each.
+        self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
 
     def _position(self, paper: Paper) -> int:
         for j, p in enumerate(self.index.papers):
@@ -741,8 +751,26 @@ class Ranker:
         topic has room); each topic shows up to its ``max_items`` (else ``max_items``). Merged: one
         list of at most ``max_items``, still honouring each topic's own ``max_items``.
         """
-        names = [n for n in dict.fromkeys(topic_names) if n in self.topics]
+        names = tuple(n for n in dict.fromkeys(topic_names) if n in self.topics)
         excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
+        # The result depends on the exclusions only through the papers these topics can offer.
+        pools = [self._pool_ids[n] for n in names]
+        relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
+        key = (names, relevant, max_items, group_by_topic)
+        hit = self._sections.get(key)
+        if hit is None:
+            if len(self._sections) >= SECTIONS_CACHE:
+                self._sections.clear()
+            hit = self._sections[key] = self._pick(names, relevant, max_items, group_by_topic)
+        return hit
+
+    def _pick(
+        self,
+        names: tuple[str, ...],
+        excluded: frozenset[int],
+        max_items: int,
+        group_by_topic: bool,
+    ) -> tuple[TopicSection, ...]:
         # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
         # yields the same sequence as sorting the whole pool, and stops as soon as every topic
         # is full: a subscriber costs a few dozen items, not every paper their topics match.

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -205,15 +204,31 @@ def excerpt(text: str, limit: int = 320) -> str:
 
 
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None = None) -> str:
-    """Fill ``text`` to ``width`` columns; words longer than a line (URLs) are never broken."""
-    return textwrap.fill(
-        " ".join(text.split()),
-        width=width,
-        initial_indent=indent if first is None else first,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
+    """Fill ``text`` to ``width`` columns; words longer than a line (URLs) are never broken.
+
+    The same lines as ``textwrap.fill(" ".join(text.split()), width, initial_indent=first,
+    subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)`` (a test holds
+    them equal), in a plain greedy loop: several times faster, and the text part wraps a few
+    lines per subscriber (the footer with their address) that no cache can spare.
+    """
+    words = text.split()
+    if not words:
+        return ""
+    lead = indent if first is None else first
+    limit = width - len(lead)
+    lines: list[str] = []
+    line = [words[0]]
+    length = len(words[0])
+    for word in words[1:]:
+        if length + 1 + len(word) > limit:
+            lines.append(lead + " ".join(line))
+            lead, limit = indent, width - len(indent)
+            line, length = [word], len(word)
+        else:
+            line.append(word)
+            length += 1 + len(word)
+    lines.append(lead + " ".join(line))
+    return "\n".join(lines)
 
 
 _URL_OK = re.compile(r"^(https?://|mailto:)", re.IGNORECASE)

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy import Connection
+
 from newsletter.config import Config
 from newsletter.deliver import Envelope, Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
@@ -189,6 +191,7 @@ class LedgerWriter:
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self.failed: BaseException | None = None
         """The error of a posted write nobody waited for; raised by the next call."""
+        self._conn: Connection | None = None
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
@@ -219,6 +222,19 @@ class LedgerWriter:
             raise self.failed
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def _connection(self) -> Connection:
+        """The writer's own connection, opened on first use and again after a failure."""
+        if self._conn is None:
+            self._conn = self.store.engine.connect()
+        return self._conn
+
+    def _loop(self) -> None:
         stopping = False
         while not stopping:
             first = self._queue.get()
@@ -235,8 +251,13 @@ class LedgerWriter:
                     break
                 batch.append(nxt)
             try:
-                results = self.store.apply_ledger([p.op for p in batch], self.clock())
+                results = self.store.apply_ledger(
+                    [p.op for p in batch], self.clock(), conn=self._connection()
+                )
             except BaseException as e:  # every waiting sender sees the error
+                if self._conn is not None:  # it may be broken: the next batch opens another
+                    self._conn.close()
+                    self._conn = None
                 for p in batch:
                     p.error = e
                 if any(p.posted for p in batch):

@@ -12,6 +12,8 @@ from pathlib import Path
 import lxml.html
 import premailer
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from newsletter.models import Digest, DigestItem, Paper, TopicSection
 from newsletter.render import (
@@ -22,6 +24,7 @@ from newsletter.render import (
     inline_template_source,
     safe_url,
     short_authors,
+    wrap,
 )
 from tests import digests as D
 
@@ -427,3 +430,34 @@ def test_fragments_stay_within_their_character_budget() -> None:
     for i in range(5):
         small(i, caller=lambda: "x")
     assert list(small._cache) == [(2,), (3,), (4,)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    words=st.lists(
+        st.one_of(
+            st.text(alphabet="abc\u00e9-.", min_size=1, max_size=12),
+            st.text(alphabet="x", min_size=20, max_size=100),  # longer than a line: a URL
+        ),
+        max_size=40,
+    ),
+    spaces=st.sampled_from([" ", "  ", "\t", "\n", "\u00a0 "]),
+    width=st.integers(min_value=12, max_value=90),
+    indent=st.sampled_from(["", "    ", "         "]),
+    first=st.sampled_from([None, "", "1.  ", "    "]),
+)
+def test_wrap_gives_the_lines_textwrap_gives(
+    words: list[str], spaces: str, width: int, indent: str, first: str | None
+) -> None:
+    import textwrap
+
+    text = spaces.join(words)
+    expected = textwrap.fill(
+        " ".join(text.split()),
+        width=width,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    assert wrap(text, width, indent, first) == expected

@@ -1199,7 +1199,9 @@ class Store:
             return "inactive"
         return "lost"
 
-    def apply_ledger(self, ops: Sequence[LedgerOp], now: datetime) -> list[str | bool | None]:
+    def apply_ledger(
+        self, ops: Sequence[LedgerOp], now: datetime, *, conn: Connection | None = None
+    ) -> list[str | bool | None]:
         """Several senders' ledger writes in one transaction (group commit); one result per op.
 
         ``begin`` returns what :meth:`begin_send` returns, ``permanent_failure`` what
@@ -1207,9 +1209,13 @@ class Store:
         one op fails. Ops are applied in order; a run of ``begin`` ops (one owner) is one
         ``UPDATE … RETURNING``, and a run of ``sent`` marks is one ``UPDATE`` and one insert of
         their papers, whatever their number (on PostgreSQL as arrays: one round trip each).
+        ``conn``: a connection the caller keeps open for its writes (no pool checkout each time).
         """
+        if conn is None:
+            with self.engine.connect() as own:
+                return self.apply_ledger(ops, now, conn=own)
         out: list[str | bool | None] = []
-        with self.engine.begin() as conn:
+        with conn.begin():
             at = 0
             while at < len(ops):
                 op = ops[at]
