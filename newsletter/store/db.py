@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -1258,16 +1258,25 @@ class Store:
     ) -> list[str | bool | None]:
         """:meth:`_begin_send` for several editions of one owner: one statement when all are
         still theirs and active (the usual case); each one that is not is looked at alone."""
-        if len(ops) == 1 or self.dialect != "postgresql":  # on SQLite one by one is cheaper
+        if self.dialect != "postgresql":  # on SQLite one by one is cheaper
             return [
                 self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now) for op in ops
             ]
-        done = set(
-            conn.scalars(
-                _BEGIN_MANY,
-                {"b_ids": [op.edition_id for op in ops], "b_owner": ops[0].owner, "b_now": now},
+        # The hot path goes to psycopg directly, as a prepared statement: SQLAlchemy's share of
+        # a statement's CPU is about as large as the driver's, and this runs for every message.
+        done = {
+            row[0]
+            for row in _driver_execute(
+                conn,
+                _PG_BEGIN_MANY_SQL,
+                {
+                    "ids": [op.edition_id for op in ops],
+                    "owner": ops[0].owner,
+                    "now": _naive(now),
+                    **_PG_BEGIN_STATUSES,
+                },
             )
-        )
+        }
         return [
             "ok"
             if op.edition_id in done
@@ -1282,12 +1291,14 @@ class Store:
             sids, pids, eids = (
                 (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
             )
-            conn.execute(
-                _PG_MARK_SENT,
+            _driver_execute(
+                conn,
+                _PG_MARK_SENT_SQL,
                 {
                     "ids": [op.edition_id for op in ops],
                     "counts": [len(op.paper_ids) or None for op in ops],
-                    "now": now,
+                    "now": _naive(now),
+                    "sent": EditionStatus.SENT.value,
                     "sids": sids,
                     "pids": pids,
                     "eids": eids,
@@ -1512,41 +1523,50 @@ _BEGIN_SEND = (
         claimed=bindparam("b_now", type_=_e.c.claimed.type),
     )
 )
-_BEGIN_MANY = (
-    update(_e)
-    .where(
-        _e.c.id == func.any(bindparam("b_ids", type_=ARRAY(Integer))),
-        _e.c.owner == bindparam("b_owner"),
-        _e.c.status.in_(
-            [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value, EditionStatus.UNKNOWN.value]
-        ),
-        _e.c.subscriber_id.in_(select(_s.c.id).where(_s.c.status == SubscriberStatus.ACTIVE.value)),
-    )
-    .values(
-        status=EditionStatus.SENDING.value,
-        attempts=_e.c.attempts + 1,
-        claimed=bindparam("b_now", type_=_e.c.claimed.type),
-    )
-    .returning(_e.c.id)
+_PG_BEGIN_MANY_SQL = (
+    "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
+    "WHERE id = ANY(CAST(%(ids)s AS integer[])) AND owner = %(owner)s "
+    "AND status = ANY(CAST(%(in_hand)s AS text[])) AND subscriber_id IN "
+    "(SELECT id FROM subscribers WHERE status = %(active)s) RETURNING id"
 )
-_PG_MARK_SENT = text(
+"""The ``begin`` of several editions for psycopg (``%(name)s`` parameters, naive UTC)."""
+_PG_BEGIN_STATUSES = {
+    "sending": EditionStatus.SENDING.value,
+    "in_hand": [
+        EditionStatus.CLAIMED.value,
+        EditionStatus.SENDING.value,
+        EditionStatus.UNKNOWN.value,
+    ],
+    "active": SubscriberStatus.ACTIVE.value,
+}
+_PG_MARK_SENT_SQL = (
     # one round trip: the editions' sent marks and the papers they carried
-    "WITH marked AS (UPDATE editions AS e SET status = :status, last_error = NULL, "
-    "finished = :now, item_count = coalesce(v.n, e.item_count) "
-    "FROM unnest(CAST(:ids AS integer[]), CAST(:counts AS integer[])) AS v(id, n) "
+    "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
+    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count) "
+    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[])) AS v(id, n) "
     "WHERE e.id = v.id) "
     "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
-    "SELECT * FROM unnest(CAST(:sids AS integer[]), CAST(:pids AS integer[]), "
-    "CAST(:eids AS integer[])) ON CONFLICT DO NOTHING"
-).bindparams(
-    bindparam("ids", type_=ARRAY(Integer)),
-    bindparam("counts", type_=ARRAY(Integer)),
-    bindparam("now", type_=_e.c.finished.type),
-    bindparam("sids", type_=ARRAY(Integer)),
-    bindparam("pids", type_=ARRAY(Integer)),
-    bindparam("eids", type_=ARRAY(Integer)),
-    status=EditionStatus.SENT.value,
+    "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
+    "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING"
 )
+
+
+def _naive(moment: datetime) -> datetime:
+    """A datetime as the schema stores it (naive UTC; see ``tables.UTCDateTime``)."""
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _driver_execute(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """``sql`` on the DBAPI connection under ``conn`` (inside its transaction), prepared once
+    per connection by psycopg; returns the rows, if any."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall() if cursor.description else []
+    finally:
+        cursor.close()
+
+
 _PG_CLAIM = text(
     # claims as arrays: one statement whatever their number, rows inserted in the order given
     "INSERT INTO editions (subscriber_id, edition_date, status, message_id, claimed, owner, "
