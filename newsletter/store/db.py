@@ -162,6 +162,7 @@ class Store:
         self.engine = engine
         self._sent_papers_stmt: Insert | None = None
         self._claim_stmt: Insert | None = None
+        self._datetime_bind: Callable[[datetime], Any] | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
 
@@ -1259,9 +1260,29 @@ class Store:
         """:meth:`_begin_send` for several editions of one owner: one statement when all are
         still theirs and active (the usual case); each one that is not is looked at alone."""
         if self.dialect != "postgresql":  # on SQLite one by one is cheaper
-            return [
-                self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now) for op in ops
-            ]
+            claimed = self._sqlite_datetime(now)
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            out: list[str | bool | None] = []
+            try:
+                for op in ops:
+                    cursor.execute(
+                        _SQLITE_BEGIN_SQL,
+                        {
+                            "now": claimed,
+                            "id": op.edition_id,
+                            "owner": op.owner,
+                            "sid": op.subscriber_id,
+                            **_SQLITE_BEGIN_ARGS,
+                        },
+                    )
+                    out.append(
+                        "ok"
+                        if cursor.rowcount == 1  # else: why not (inactive, or lost)
+                        else self._begin_send(conn, op.edition_id, op.subscriber_id, op.owner, now)
+                    )
+            finally:
+                cursor.close()
+            return out
         # The hot path goes to psycopg directly, as a prepared statement: SQLAlchemy's share of
         # a statement's CPU is about as large as the driver's, and this runs for every message.
         done = {
@@ -1305,26 +1326,32 @@ class Store:
                 },
             )
             return
-        conn.execute(
-            _MARK_FINAL,
-            [
-                {
-                    "b_id": op.edition_id,
-                    "b_status": EditionStatus.SENT.value,
-                    "b_error": None,
-                    "b_finished": now,
-                    "b_items": len(op.paper_ids) or None,
-                }
-                for op in ops
-            ],
-        )
-        papers = [
-            {"subscriber_id": op.subscriber_id, "paper_id": pid, "edition_id": op.edition_id}
-            for op in ops
-            for pid in op.paper_ids
-        ]
-        if papers:
-            conn.execute(self._sent_papers_insert(), papers)
+        # SQLite: straight to the sqlite3 cursor with positional rows (SQLAlchemy builds a
+        # parameter dict per row, 20 rows a message); the datetime goes through the column
+        # type's own bind processor, so it is stored exactly as SQLAlchemy stores it.
+        finished = self._sqlite_datetime(now)
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(
+                _SQLITE_MARK_SENT_SQL,
+                [
+                    (EditionStatus.SENT.value, finished, len(op.paper_ids) or None, op.edition_id)
+                    for op in ops
+                ],
+            )
+            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
+            if rows:
+                cursor.executemany(_SQLITE_SENT_PAPERS_SQL, rows)
+        finally:
+            cursor.close()
+
+    def _sqlite_datetime(self, moment: datetime) -> Any:
+        if self._datetime_bind is None:
+            column_type = t.editions.c.finished.type
+            dialect = self.engine.dialect
+            process = column_type.dialect_impl(dialect).bind_processor(dialect)
+            self._datetime_bind = process or (lambda v: v)
+        return self._datetime_bind(moment)
 
     def count_sent_since(self, since: datetime) -> int:
         """Editions handed to the relay since ``since`` (for the per-hour rate limit)."""
@@ -1567,6 +1594,25 @@ def _driver_execute(conn: Connection, sql: str, params: dict[str, Any]) -> list[
         cursor.close()
 
 
+_SQLITE_BEGIN_SQL = (
+    "UPDATE editions SET status = :sending, attempts = attempts + 1, claimed = :now "
+    "WHERE id = :id AND owner = :owner AND status IN (:claimed, :sending, :unknown) "
+    "AND subscriber_id IN (SELECT id FROM subscribers WHERE id = :sid AND status = :active)"
+)
+_SQLITE_BEGIN_ARGS = {
+    "sending": EditionStatus.SENDING.value,
+    "claimed": EditionStatus.CLAIMED.value,
+    "unknown": EditionStatus.UNKNOWN.value,
+    "active": SubscriberStatus.ACTIVE.value,
+}
+_SQLITE_MARK_SENT_SQL = (
+    "UPDATE editions SET status = ?, last_error = NULL, finished = ?, "
+    "item_count = coalesce(?, item_count) WHERE id = ?"
+)
+_SQLITE_SENT_PAPERS_SQL = (
+    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
 _PG_CLAIM = text(
     # claims as arrays: one statement whatever their number, rows inserted in the order given
     "INSERT INTO editions (subscriber_id, edition_date, status, message_id, claimed, owner, "
