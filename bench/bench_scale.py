@@ -8,7 +8,7 @@ subscriber following 1-3 of them). Three configurations, each through the real c
   ``newsletter send --now`` through Redis.
 
 The sink is :mod:`bench.smtp_counter` in a process of its own (it accepts and counts, nothing
-else). The limit to compare against is the raw SMTP hand-off rate to that same sink: one real
+else, and offers PIPELINING as production relays do). The limit to compare against is the raw SMTP hand-off rate to that same sink: one real
 digest's bytes sent again and again with ``smtplib`` over as many connections as the product's
 pool. Each product process is measured from the kernel's accounting when it exits
 (``os.wait4``: user + system CPU, peak RSS), so the sink, PostgreSQL and Redis are not counted

@@ -321,7 +321,9 @@ class SmtpMailer:
 
         Written out rather than ``sendmail``: the addresses are already in envelope form (no
         ``quoteaddr`` parsing) and ``data`` is already in wire form (see :func:`wire_data`).
-        A refused command is followed by RSET (or, after 421, by closing), as ``sendmail`` does.
+        With a relay that offers PIPELINING (Postfix, Amazon SES, Mailgun do), MAIL, RCPT and
+        DATA go in one write: two round trips per message instead of four. A refused command
+        is followed by RSET (or, after 421, by closing), as ``sendmail`` does.
         """
         for address in (sender, rcpt):
             if _NOT_IN_PATH.search(address):
@@ -335,17 +337,44 @@ class SmtpMailer:
                 mail += " " + " ".join(options)
         conn.command_encoding = "utf-8" if "SMTPUTF8" in options else "ascii"
         conn.stage, conn.final_dot_sent = "MAIL", False
-        code, resp = conn.docmd("MAIL", mail)
+        if conn.does_esmtp and conn.has_extn("pipelining"):
+            # RFC 2920: MAIL, RCPT and DATA in one write, their three replies read in order
+            # (every reply is read, so the connection stays in step whatever fails).
+            conn.send(f"MAIL {mail}\r\nRCPT TO:<{rcpt}>\r\nDATA\r\n")
+            replies: list[tuple[int, bytes]] = []
+            for stage in ("MAIL", "RCPT", "DATA"):
+                conn.stage = stage
+                try:
+                    replies.append(conn.getreply())
+                except smtplib.SMTPServerDisconnected:
+                    if replies and replies[-1][0] == 421:
+                        break  # the relay said why before it hung up: report that
+                    raise
+            replies += [(0, b"")] * (3 - len(replies))
+            mail_reply, rcpt_reply, data_reply = replies
+            if data_reply[0] == 354 and (mail_reply[0] != 250 or rcpt_reply[0] not in (250, 251)):
+                conn.send(b".\r\n")  # a relay that took DATA anyway: end the empty message
+                conn.getreply()
+        else:
+            mail_reply = conn.docmd("MAIL", mail)
+            rcpt_reply = data_reply = (0, b"")
+            if mail_reply[0] == 250:
+                conn.stage = "RCPT"
+                rcpt_reply = conn.docmd("RCPT", f"TO:<{rcpt}>")
+                if rcpt_reply[0] in (250, 251):
+                    conn.stage = "DATA"
+                    data_reply = conn.docmd("DATA")
+        code, resp = mail_reply
         if code != 250:
+            conn.stage = "MAIL"
             _abandon(conn, code)
             raise smtplib.SMTPSenderRefused(code, resp, sender)
-        conn.stage = "RCPT"
-        code, resp = conn.docmd("RCPT", f"TO:<{rcpt}>")
+        code, resp = rcpt_reply
         if code not in (250, 251):
+            conn.stage = "RCPT"
             _abandon(conn, code)
             raise smtplib.SMTPRecipientsRefused({rcpt: (code, resp)})
-        conn.stage = "DATA"
-        code, resp = conn.docmd("DATA")
+        code, resp = data_reply
         if code != 354:
             _abandon(conn, code)
             raise smtplib.SMTPDataError(code, resp)

@@ -61,6 +61,16 @@ class FaultHandler:
     hold: threading.Event | None = None
     """When set to an Event, DATA waits for it before answering (to freeze a send in flight)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pipelining: bool = False
+    """Offer PIPELINING (RFC 2920) in the EHLO reply, as Postfix and the big relays do."""
+
+    async def handle_EHLO(
+        self, server: SMTP, session: Any, envelope: Any, hostname: str, responses: list[str]
+    ) -> list[str]:
+        session.host_name = hostname
+        if self.pipelining:
+            return [responses[0], "250-PIPELINING", *responses[1:]]
+        return responses
 
     def fault(self, stage: str, rcpt: str | None) -> Fault | None:
         if self.plan is None:
@@ -164,8 +174,10 @@ class FaultServer:
 
 
 @contextmanager
-def fault_server(plan: Plan | None = None, *, refuse_login: bool = False) -> Iterator[FaultServer]:
-    handler = FaultHandler(plan)
+def fault_server(
+    plan: Plan | None = None, *, refuse_login: bool = False, pipelining: bool = False
+) -> Iterator[FaultServer]:
+    handler = FaultHandler(plan, pipelining=pipelining)
     port = free_port()
     kw: dict[str, Any] = {}
     if refuse_login:

@@ -32,18 +32,19 @@ ADA, BOB, CY, DEE = (f"{n}@example.org" for n in ("ada", "bob", "cy", "dee"))
 PEOPLE = (ADA, BOB, CY, DEE)
 
 
-@pytest.fixture
+@pytest.fixture(params=[False, True], ids=["lockstep", "pipelining"])
 def world(
-    tmp_path: Path, db_url: str
+    tmp_path: Path, db_url: str, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., tuple[Config, Store, FaultServer]]]:
     """``world(plan, **config overrides)``: a fault server, a config, a migrated store with
-    four subscribers and fetched papers."""
+    four subscribers and fetched papers. Every test runs against a relay that answers each
+    command in turn and against one that offers PIPELINING (MAIL, RCPT, DATA in one write)."""
     stack: list[Any] = []
 
     def make(
         plan: Plan | None = None, *, refuse_login: bool = False, **overrides: Any
     ) -> tuple[Config, Store, FaultServer]:
-        cm = fault_server(plan, refuse_login=refuse_login)
+        cm = fault_server(plan, refuse_login=refuse_login, pipelining=request.param)
         server = cm.__enter__()
         stack.append(cm)
         smtp = {"pool_size": 2, "timeout": 5, **overrides.pop("smtp", {})}

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import re
 import smtplib
+import socketserver
+import threading
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -122,3 +125,89 @@ def test_an_address_that_cannot_go_in_a_command_is_refused_before_sending(
         m.send(Envelope("digest@papers.example.org", address, raw, "<m@x>", crlf=True))
     assert e.value.stage == "RCPT" and not e.value.temporary
     assert smtp_server.received == []
+
+
+class _Scripted(socketserver.BaseRequestHandler):
+    """A relay on a bare socket that offers PIPELINING and records each read as it came."""
+
+    reads: list[bytes]
+    replies: dict[bytes, bytes]
+
+    def handle(self) -> None:
+        sock = self.request
+        sock.sendall(b"220 scripted ESMTP\r\n")
+        buffer = b""
+        in_data = False
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            type(self).reads.append(chunk)
+            buffer += chunk
+            while True:
+                if in_data:
+                    end = buffer.find(b"\r\n.\r\n")
+                    if end < 0:
+                        break
+                    buffer, in_data = buffer[end + 5 :], False
+                    sock.sendall(b"250 queued\r\n")
+                    continue
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    break
+                line, buffer = buffer[:end], buffer[end + 2 :]
+                verb = line[:4].upper()
+                if verb == b"EHLO":
+                    sock.sendall(b"250-scripted\r\n250-PIPELINING\r\n250 SIZE 1000000\r\n")
+                elif verb == b"QUIT":
+                    sock.sendall(b"221 bye\r\n")
+                    return
+                elif verb == b"DATA":
+                    reply = type(self).replies.get(b"DATA", b"354 go on\r\n")
+                    in_data = reply.startswith(b"354")
+                    sock.sendall(reply)
+                else:
+                    sock.sendall(type(self).replies.get(verb, b"250 OK\r\n"))
+
+
+@pytest.fixture
+def scripted() -> Iterator[type[_Scripted]]:
+    handler = type("Handler", (_Scripted,), {"reads": [], "replies": {}})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.port = server.server_address[1]  # type: ignore[attr-defined]
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_with_pipelining_mail_rcpt_and_data_go_in_one_write(scripted: type[_Scripted]) -> None:
+    port = scripted.port  # type: ignore[attr-defined]
+    with SmtpMailer(SmtpSettings(host="127.0.0.1", port=port, timeout=10)) as m:
+        m.send(build(RenderedDigest("One", "pre", "<p>x</p>\n", "x\n")))
+        m.send(build(RenderedDigest("Two", "pre", "<p>y</p>\n", "y\n")))
+    commands = [r for r in scripted.reads if r.startswith(b"MAIL")]
+    assert len(commands) == 2
+    for read in commands:
+        lines = read.split(b"\r\n")
+        assert lines[0].startswith(b"MAIL FROM:<digest@papers.example.org> SIZE=")
+        assert lines[1:] == [b"RCPT TO:<ada@example.org>", b"DATA", b""]
+
+
+def test_with_pipelining_a_refused_recipient_reads_every_reply_and_resets(
+    scripted: type[_Scripted],
+) -> None:
+    scripted.replies = {b"RCPT": b"550 5.1.1 no such user\r\n", b"DATA": b"554 no recipients\r\n"}
+    port = scripted.port  # type: ignore[attr-defined]
+    with SmtpMailer(SmtpSettings(host="127.0.0.1", port=port, timeout=10)) as m:
+        with pytest.raises(DeliveryError) as e:
+            m.send(build(dotted_digest(), to="gone@example.org"))
+        assert (e.value.stage, e.value.code, e.value.temporary) == ("RCPT", 550, False)
+        scripted.replies = {}
+        m.send(build(dotted_digest()))  # the same connection, in step after RSET
+    assert any(r.upper().startswith(b"RSET") for r in scripted.reads)
+    assert sum(r.count(b"\r\n.\r\n") for r in scripted.reads) == 1
