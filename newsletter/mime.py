@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable
@@ -301,16 +302,16 @@ class MimeWriter:
         message_id = one_line(m.message_id).replace(" ", "")
         boundary = "=_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
         headers = [
-            fold("Subject", unstructured(m.subject)),
-            fold("From", mailbox(m.from_name, m.from_address)),
+            _subject_header(m.subject),
+            _mailbox_header("From", m.from_name, m.from_address),
             fold("To", mailbox(m.to_name, m.to_address)),
         ]
         if m.reply_to_address:
-            headers.append(fold("Reply-To", mailbox(m.reply_to_name, m.reply_to_address)))
+            headers.append(_mailbox_header("Reply-To", m.reply_to_name, m.reply_to_address))
         headers += [
             f"Date: {one_line(m.date)}",
             f"Message-ID: {message_id}",
-            fold("List-Id", [*phrase(m.list_id_name), f"<{_id_safe(m.list_id)}>"]),
+            _list_id_header(m.list_id_name, m.list_id),
             fold(
                 "List-Unsubscribe",
                 [f"<{_url_safe(m.unsubscribe_url)}>", f"<{_url_safe(m.unsubscribe_mailto)}>"],
@@ -347,6 +348,25 @@ class MimeWriter:
             )
         )
         return data, text_dots or html_dots
+
+
+# Headers that repeat from message to message (the sender's, and a subject shared by every
+# reader of the same topics on the same day) are folded once.
+
+
+@functools.lru_cache(maxsize=4096)
+def _subject_header(subject: str) -> str:
+    return fold("Subject", unstructured(subject))
+
+
+@functools.lru_cache(maxsize=64)
+def _mailbox_header(name: str, display: str, address: str) -> str:
+    return fold(name, mailbox(display, address))
+
+
+@functools.lru_cache(maxsize=64)
+def _list_id_header(display: str, list_id: str) -> str:
+    return fold("List-Id", [*phrase(display), f"<{_id_safe(list_id)}>"])
 
 
 _PART = b'Content-Type: text/%s; charset="utf-8"\r\nContent-Transfer-Encoding: %s\r\n\r\n'

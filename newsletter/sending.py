@@ -192,6 +192,7 @@ class LedgerWriter:
         self.failed: BaseException | None = None
         """The error of a posted write nobody waited for; raised by the next call."""
         self._conn: Connection | None = None
+        self._fast: Connection | None = None
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
@@ -225,8 +226,17 @@ class LedgerWriter:
         try:
             self._loop()
         finally:
-            if self._conn is not None:
-                self._conn.close()
+            for conn in (self._conn, self._fast):
+                if conn is not None:
+                    conn.close()
+
+    def _autocommit(self) -> Connection | None:
+        """PostgreSQL: a second, autocommit connection for one-statement group commits."""
+        if self.store.dialect != "postgresql":
+            return None
+        if self._fast is None:
+            self._fast = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        return self._fast
 
     def _connection(self) -> Connection:
         """The writer's own connection, opened on first use and again after a failure."""
@@ -251,13 +261,18 @@ class LedgerWriter:
                     break
                 batch.append(nxt)
             try:
-                results = self.store.apply_ledger(
-                    [p.op for p in batch], self.clock(), conn=self._connection()
+                ops, now = [p.op for p in batch], self.clock()
+                fast = self._autocommit()
+                results = (
+                    self.store.apply_ledger_at_once(ops, now, fast) if fast is not None else None
                 )
+                if results is None:
+                    results = self.store.apply_ledger(ops, now, conn=self._connection())
             except BaseException as e:  # every waiting sender sees the error
-                if self._conn is not None:  # it may be broken: the next batch opens another
-                    self._conn.close()
-                    self._conn = None
+                for conn in (self._conn, self._fast):  # maybe broken: the next batch reopens
+                    if conn is not None:
+                        conn.close()
+                self._conn = self._fast = None
                 for p in batch:
                     p.error = e
                 if any(p.posted for p in batch):

@@ -235,3 +235,48 @@ def test_deleting_an_edition_finds_its_sent_papers_by_index(store: Store) -> Non
             )
         shown = " ".join(str(row) for row in plan)
     assert "ix_sent_papers_edition" in shown, shown
+
+
+def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) -> None:
+    """PostgreSQL's one-statement group commit (autocommit connection) against the same
+    scenario as the transactional one; SQLite says it cannot and the caller falls back."""
+    from newsletter.store.db import LedgerOp
+
+    day = date(2026, 11, 17)
+    ids = store.write_papers("s", decide([paper(f"2611.0010{i}") for i in range(1, 4)], {}), NOW)
+    pids = sorted(ids.values())
+    subs = [store.add_subscriber(f"v{i}@example.org", topics=["t"], now=NOW)[0] for i in range(5)]
+    c = [store.claim_edition(s.id, day, f"<{s.id}@y>", NOW, owner="me") for s in subs]
+    assert all(x is not None for x in c)
+    claims = [x for x in c if x is not None]
+    with store.engine.connect() as conn:
+        fast = conn.execution_options(isolation_level="AUTOCOMMIT")
+        begins = [LedgerOp("begin", claims[i].id, subs[i].id, "me") for i in range(3)]
+        if store.dialect != "postgresql":
+            assert store.apply_ledger_at_once(begins, NOW, fast) is None
+            return
+        store.set_status("v1@example.org", SubscriberStatus.UNSUBSCRIBED, NOW)
+        store.mark_edition(claims[2].id, EditionStatus.SENT, NOW)
+        assert store.apply_ledger_at_once(begins, NOW, fast) == ["ok", "inactive", "lost"]
+        ops = [
+            LedgerOp(
+                "mark", claims[0].id, subs[0].id, status=EditionStatus.SENT, paper_ids=tuple(pids)
+            ),
+            LedgerOp("begin", claims[3].id, subs[3].id, "me"),
+            LedgerOp("begin", claims[4].id, subs[4].id, "me"),
+        ]
+        assert store.apply_ledger_at_once(ops, NOW, fast) == [None, "ok", "ok"]
+        other = [LedgerOp("release", claims[3].id, error="x")]
+        assert store.apply_ledger_at_once(other, NOW, fast) is None  # not the usual kinds
+    sent_ids = store.sent_paper_ids([s.id for s in subs])
+    assert {k: v for k, v in sent_ids.items() if v} == {subs[0].id: set(pids)}
+    got = {s.email: store.edition_for(s.id, day) for s in subs}
+    assert {e: r.status for e, r in got.items() if r is not None} == {
+        "v0@example.org": EditionStatus.SENT,
+        "v1@example.org": EditionStatus.SKIPPED,
+        "v2@example.org": EditionStatus.SENT,
+        "v3@example.org": EditionStatus.SENDING,
+        "v4@example.org": EditionStatus.SENDING,
+    }
+    first = got["v0@example.org"]
+    assert first is not None and first.item_count == 3 and first.attempts == 1

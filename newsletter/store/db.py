@@ -1254,6 +1254,56 @@ class Store:
                 at = end
         return out
 
+    def apply_ledger_at_once(
+        self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
+    ) -> list[str | bool | None] | None:
+        """The usual group commit (``begin``s of one owner and ``sent`` marks) on PostgreSQL as
+        one statement on an autocommit connection: one round trip, atomic as any statement.
+
+        ``None`` when ``ops`` hold anything else, or on SQLite: use :meth:`apply_ledger`. A
+        ``begin`` that did not apply (the subscriber left, or another run took the edition) is
+        looked at again in a transaction, to say which.
+        """
+        if self.dialect != "postgresql":
+            return None
+        begins = [op for op in ops if op.kind == "begin"]
+        marks = [op for op in ops if _is_sent_mark(op)]
+        if len(begins) + len(marks) != len(ops) or len({op.owner for op in begins}) > 1:
+            return None
+        rows = [(op.subscriber_id, pid, op.edition_id) for op in marks for pid in op.paper_ids]
+        sids, pids, eids = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
+        done = {
+            row[0]
+            for row in _driver_execute(
+                conn,
+                _PG_LEDGER_AT_ONCE_SQL,
+                {
+                    "ids": [op.edition_id for op in marks],
+                    "counts": [len(op.paper_ids) or None for op in marks],
+                    "now": _naive(now),
+                    "sent": EditionStatus.SENT.value,
+                    "sids": sids,
+                    "pids": pids,
+                    "eids": eids,
+                    "bids": [op.edition_id for op in begins],
+                    "owner": begins[0].owner if begins else "",
+                    **_PG_BEGIN_STATUSES,
+                },
+            )
+        }
+        out: list[str | bool | None] = []
+        for op in ops:
+            if op.kind != "begin":
+                out.append(None)
+            elif op.edition_id in done:
+                out.append("ok")
+            else:
+                with self.engine.begin() as again:
+                    out.append(
+                        self._begin_send(again, op.edition_id, op.subscriber_id, op.owner, now)
+                    )
+        return out
+
     def _begin_many(
         self, conn: Connection, ops: Sequence[LedgerOp], now: datetime
     ) -> list[str | bool | None]:
@@ -1575,6 +1625,23 @@ _PG_MARK_SENT_SQL = (
     "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
     "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
     "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING"
+)
+
+
+_PG_LEDGER_AT_ONCE_SQL = (
+    # a group commit in one statement: sent marks, their papers, then the begins (different
+    # editions: a sender's begin returns before it can post that edition's mark)
+    "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
+    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count) "
+    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[])) AS v(id, n) "
+    "WHERE e.id = v.id), "
+    "papers AS (INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
+    "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
+    "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING) "
+    "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
+    "WHERE id = ANY(CAST(%(bids)s AS integer[])) AND owner = %(owner)s "
+    "AND status = ANY(CAST(%(in_hand)s AS text[])) AND subscriber_id IN "
+    "(SELECT id FROM subscribers WHERE status = %(active)s) RETURNING id"
 )
 
 
