@@ -72,14 +72,19 @@ class Sink(asyncio.Protocol):
 
 async def serve(port: int) -> int:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(Sink, "127.0.0.1", port)
+    await _until_signalled(await loop.create_server(Sink, "127.0.0.1", port))
+    return Sink.count
+
+
+async def _until_signalled(server: asyncio.Server) -> None:
+    """Say ``ready``, serve until SIGTERM or SIGINT, then close."""
+    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     print("ready", flush=True)
     await stop.wait()
     server.close()
-    return Sink.count
 
 
 async def serve_aiosmtpd(port: int) -> int:
@@ -97,12 +102,7 @@ async def serve_aiosmtpd(port: int) -> int:
     server = await loop.create_server(
         lambda: SMTP(handler, data_size_limit=None, ident="counter"), "127.0.0.1", port
     )
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    print("ready", flush=True)
-    await stop.wait()
-    server.close()
+    await _until_signalled(server)
     return handler.count
 
 

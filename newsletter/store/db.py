@@ -1270,27 +1270,7 @@ class Store:
         marks = [op for op in ops if _is_sent_mark(op)]
         if len(begins) + len(marks) != len(ops) or len({op.owner for op in begins}) > 1:
             return None
-        rows = [(op.subscriber_id, pid, op.edition_id) for op in marks for pid in op.paper_ids]
-        sids, pids, eids = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
-        done = {
-            row[0]
-            for row in _driver_execute(
-                conn,
-                _PG_LEDGER_AT_ONCE_SQL,
-                {
-                    "ids": [op.edition_id for op in marks],
-                    "counts": [len(op.paper_ids) or None for op in marks],
-                    "now": _naive(now),
-                    "sent": EditionStatus.SENT.value,
-                    "sids": sids,
-                    "pids": pids,
-                    "eids": eids,
-                    "bids": [op.edition_id for op in begins],
-                    "owner": begins[0].owner if begins else "",
-                    **_PG_BEGIN_STATUSES,
-                },
-            )
-        }
+        done = _pg_ledger(conn, marks, begins, now)
         out: list[str | bool | None] = []
         for op in ops:
             if op.kind != "begin":
@@ -1335,19 +1315,7 @@ class Store:
             return out
         # The hot path goes to psycopg directly, as a prepared statement: SQLAlchemy's share of
         # a statement's CPU is about as large as the driver's, and this runs for every message.
-        done = {
-            row[0]
-            for row in _driver_execute(
-                conn,
-                _PG_BEGIN_MANY_SQL,
-                {
-                    "ids": [op.edition_id for op in ops],
-                    "owner": ops[0].owner,
-                    "now": _naive(now),
-                    **_PG_BEGIN_STATUSES,
-                },
-            )
-        }
+        done = _pg_ledger(conn, (), ops, now)
         return [
             "ok"
             if op.edition_id in done
@@ -1356,25 +1324,10 @@ class Store:
         ]
 
     def _mark_sent_many(self, conn: Connection, ops: Sequence[LedgerOp], now: datetime) -> None:
-        """``sent`` marks with their papers (see :func:`_is_sent_mark`), in two statements."""
+        """``sent`` marks with their papers (see :func:`_is_sent_mark`): two statements, one on
+        PostgreSQL."""
         if self.dialect == "postgresql":
-            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
-            sids, pids, eids = (
-                (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
-            )
-            _driver_execute(
-                conn,
-                _PG_MARK_SENT_SQL,
-                {
-                    "ids": [op.edition_id for op in ops],
-                    "counts": [len(op.paper_ids) or None for op in ops],
-                    "now": _naive(now),
-                    "sent": EditionStatus.SENT.value,
-                    "sids": sids,
-                    "pids": pids,
-                    "eids": eids,
-                },
-            )
+            _pg_ledger(conn, ops, (), now)
             return
         # SQLite: straight to the sqlite3 cursor with positional rows (SQLAlchemy builds a
         # parameter dict per row, 20 rows a message); the datetime goes through the column
@@ -1600,13 +1553,6 @@ _BEGIN_SEND = (
         claimed=bindparam("b_now", type_=_e.c.claimed.type),
     )
 )
-_PG_BEGIN_MANY_SQL = (
-    "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
-    "WHERE id = ANY(CAST(%(ids)s AS integer[])) AND owner = %(owner)s "
-    "AND status = ANY(CAST(%(in_hand)s AS text[])) AND subscriber_id IN "
-    "(SELECT id FROM subscribers WHERE status = %(active)s) RETURNING id"
-)
-"""The ``begin`` of several editions for psycopg (``%(name)s`` parameters, naive UTC)."""
 _PG_BEGIN_STATUSES = {
     "sending": EditionStatus.SENDING.value,
     "in_hand": [
@@ -1616,18 +1562,6 @@ _PG_BEGIN_STATUSES = {
     ],
     "active": SubscriberStatus.ACTIVE.value,
 }
-_PG_MARK_SENT_SQL = (
-    # one round trip: the editions' sent marks and the papers they carried
-    "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
-    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count) "
-    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[])) AS v(id, n) "
-    "WHERE e.id = v.id) "
-    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
-    "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
-    "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING"
-)
-
-
 _PG_LEDGER_AT_ONCE_SQL = (
     # a group commit in one statement: sent marks, their papers, then the begins (different
     # editions: a sender's begin returns before it can post that edition's mark)
@@ -1643,6 +1577,28 @@ _PG_LEDGER_AT_ONCE_SQL = (
     "AND status = ANY(CAST(%(in_hand)s AS text[])) AND subscriber_id IN "
     "(SELECT id FROM subscribers WHERE status = %(active)s) RETURNING id"
 )
+
+
+def _pg_ledger(
+    conn: Connection, marks: Sequence[LedgerOp], begins: Sequence[LedgerOp], now: datetime
+) -> set[int]:
+    """Sent marks (with their papers) and begins of one owner in one statement; returns the
+    editions whose begin applied."""
+    rows = [(op.subscriber_id, pid, op.edition_id) for op in marks for pid in op.paper_ids]
+    sids, pids, eids = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
+    params = {
+        "ids": [op.edition_id for op in marks],
+        "counts": [len(op.paper_ids) or None for op in marks],
+        "now": _naive(now),
+        "sent": EditionStatus.SENT.value,
+        "sids": sids,
+        "pids": pids,
+        "eids": eids,
+        "bids": [op.edition_id for op in begins],
+        "owner": begins[0].owner if begins else "",
+        **_PG_BEGIN_STATUSES,
+    }
+    return {row[0] for row in _driver_execute(conn, _PG_LEDGER_AT_ONCE_SQL, params)}
 
 
 def _naive(moment: datetime) -> datetime:
