@@ -34,14 +34,12 @@ from __future__ import annotations
 import heapq
 import math
 import os
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -50,6 +48,18 @@ import scipy.sparse as sp
 
 from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Paper, TopicSection
+from newsletter.text import _TOKEN as _WORD_RE
+from newsletter.text import (
+    KNOWN_ACRONYMS,
+    author_key,
+    category_key,
+    fold,
+    phrase_terms,
+    read_defined,
+    stem,
+    tokenize,
+)
+from newsletter.text import _word as word_key
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -63,11 +73,19 @@ AUTHOR_SCORE = 3.0
 """Relevance a followed author adds: about one strong title match."""
 CATEGORY_SCORE = 1.0
 """Relevance of a paper in a keyword-less topic's categories."""
-# Trending: a multiplier on relevance, so it lifts relevant papers and never rescues others.
-UPVOTE_WEIGHT = 0.2
-COMMENT_WEIGHT = 0.1
-VELOCITY_WEIGHT = 0.2
-SOURCE_WEIGHT = 0.1
+BAG_TF = 0.5
+"""A title with every word of a phrase keyword, out of order, counts this many mentions."""
+MIN_EVIDENCE = 2
+"""A match needs more than one passing mention (see ``PaperIndex.evidence_t``)."""
+RELATIVE_CUT = 0.15
+"""A topic shows papers whose relevance is at least this share of its best paper's today."""
+# Trending and age: a bounded multiplier on relevance, so they order papers that are about
+# equally relevant and never lift a clearly weaker match above a clearly stronger one: the
+# largest possible ratio is (1 + TREND_LIFT) / (1 - AGE_DROP) = 1.39.
+TREND_LIFT = 0.25
+TREND_SCALE = 4.0
+"""The trend signal (log upvotes + ...) at which 63% of TREND_LIFT is reached."""
+AGE_DROP = 0.1
 MAX_EXTRA_SOURCES = 3
 HALF_LIFE_HOURS = 72.0
 
@@ -78,71 +96,17 @@ DENSE_LIMIT = 8_000_000
 # ---------------------------------------------------------------------------- text
 
 
-_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
-_TOKEN = re.compile(r"[^\W_]+")
-
-
-@lru_cache(maxsize=65536)
-def stem(token: str) -> str:
-    """A conservative plural stemmer (Harman's S-stemmer, for lowercase tokens longer than 3)."""
-    if len(token) <= 3 or not token.endswith("s") or not token[-2].isalpha():
-        return token
-    if token.endswith("ies") and not token.endswith(("eies", "aies")) and len(token) > 4:
-        return token[:-3] + "y"
-    if token.endswith("sses"):
-        return token[:-2]
-    if token.endswith(("ss", "is")) or (token.endswith("us") and len(token) > 4):
-        return token  # class, analysis, status (but "gpus" is a plural)
-    return token[:-1]
-
-
-@lru_cache(maxsize=65536)
-def _word(token: str) -> str:
-    if len(token) >= 3 and token[-1] == "s" and token[:-1].isupper():
-        return token[:-1].lower()  # an acronym's plural: GPUs, LLMs, CPUs
-    return stem(token.casefold())
-
-
-def _strip(text: str) -> str:
-    if not text.isascii():
-        text = "".join(
-            c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)
-        )
-    return _POSSESSIVE.sub("", text)
-
-
-def fold(text: str) -> str:
-    """Lowercase, accents and possessives removed: the text every matcher sees."""
-    return _strip(text).casefold()
-
-
-def tokenize(text: str) -> list[str]:
-    """Normalized, plural-stemmed word tokens; punctuation and hyphens separate words."""
-    return [_word(t) for t in _TOKEN.findall(_strip(text))]
-
-
-def phrase_terms(phrase: str) -> tuple[tuple[str, ...], ...]:
-    """The token sequences a keyword matches: itself, and for a hyphenated word its closed form.
-
-    ``pre-training`` matches "pre-training", "pre training" and "pretraining".
-    """
-    words = tuple(tokenize(phrase))
-    if not words:
-        return ()
-    out = [words]
-    if "-" in phrase:
-        closed = tuple(tokenize(re.sub(r"(?<=\w)-(?=\w)", "", phrase)))
-        if closed and closed != words:
-            out.append(closed)
-    return tuple(out)
-
-
-def author_key(name: str) -> str:
-    return " ".join(_TOKEN.findall(fold(name)))
-
-
-def category_key(name: str) -> str:
-    return name.strip().casefold()
+# The text functions live in newsletter/text.py (config validation uses them too); these names
+# stay importable from here.
+__all__ = [
+    "Ranker",
+    "author_key",
+    "category_key",
+    "fold",
+    "phrase_terms",
+    "stem",
+    "tokenize",
+]
 
 
 # ---------------------------------------------------------------------------- rules
@@ -183,32 +147,127 @@ class Rule:
         )
 
 
-class Vocabulary:
-    """Terms (token sequences), groups (alias sets of terms), categories and authors seen in rows."""
+Tokens = tuple[str, ...]
 
-    def __init__(self) -> None:
+
+@dataclass(frozen=True)
+class Acronyms:
+    """Acronym ↔ long-form pairs a run matches keywords with.
+
+    ``known`` (the shipped list) works both ways: ``MoE`` finds "mixture of experts" and the
+    other way round. ``learned`` (definitions found in the run's papers) only widens an acronym
+    the operator wrote (``SD`` finds "speculative decoding" when papers define it so): an
+    acronym in a paper that does not define it can mean anything, so a long-form keyword is not
+    widened to a learned acronym. Papers that define an acronym are read with its long form in
+    place of each later use (:class:`Documents`), so they match the long form anyway.
+    """
+
+    forward: dict[str, tuple[tuple[Tokens, str], ...]] = dc_field(default_factory=dict)
+    """acronym key → (long-form tokens, display) it expands to."""
+    backward: dict[Tokens, tuple[str, str]] = dc_field(default_factory=dict)
+    """long-form tokens → (acronym key, display) it contracts to (shipped pairs only)."""
+
+    @classmethod
+    def build(cls, learned: dict[str, Counter[tuple[Tokens, str]]] | None = None) -> Acronyms:
+        forward: dict[str, dict[Tokens, str]] = {}
+        backward: dict[Tokens, tuple[str, str]] = {}
+        for short, longs in KNOWN_ACRONYMS.items():
+            key = word_key(short)
+            for long in longs:
+                for toks in phrase_terms(long):
+                    forward.setdefault(key, {}).setdefault(toks, long)
+                    backward.setdefault(toks, (key, short))
+        for key, counts in (learned or {}).items():
+            by_tokens: Counter[Tokens] = Counter()
+            for (toks, _), n in counts.items():
+                by_tokens[toks] += n
+            for toks, _ in by_tokens.most_common(LEARNED_SENSES):
+                display = max((d for t, d in counts if t == toks), key=lambda d: counts[toks, d])
+                forward.setdefault(key, {}).setdefault(toks, display)
+        return cls({k: tuple(v.items()) for k, v in forward.items()}, backward)
+
+    def variants(self, alias: str) -> list[tuple[Tokens, str]]:
+        """Other ways papers write ``alias``: (tokens, display), one substitution each."""
+        words = _WORD_RE.findall(alias)
+        keys = [word_key(w) for w in words]
+        out: list[tuple[Tokens, str]] = []
+        for i, key in enumerate(keys):
+            for toks, display in self.forward.get(key, ()):
+                new = (*keys[:i], *toks, *keys[i + 1 :])
+                out.append((tuple(new), " ".join([*words[:i], display, *words[i + 1 :]])))
+        for toks, (key, short) in self.backward.items():
+            n = len(toks)
+            for i in range(len(keys) - n + 1):
+                if tuple(keys[i : i + n]) == toks:
+                    new = (*keys[:i], key, *keys[i + n :])
+                    out.append((tuple(new), " ".join([*words[:i], short, *words[i + n :]])))
+        return out
+
+
+NO_ACRONYMS = Acronyms()
+LEARNED_SENSES = 4
+"""An acronym the operator wrote also matches up to this many long forms papers define it as."""
+
+
+class Vocabulary:
+    """Terms (token sequences), groups (alias sets of terms), categories and authors seen in rows.
+
+    With ``acronyms``, an alias also brings in the terms of its acronym variants
+    (``LLM inference`` → "large language model inference"); ``expanded`` remembers which terms
+    came that way, for explanations.
+    """
+
+    def __init__(self, acronyms: Acronyms = NO_ACRONYMS) -> None:
         self.terms: dict[tuple[str, ...], int] = {}
         self.groups: dict[tuple[int, ...], int] = {}
         self.categories: dict[str, int] = {}
         self.authors: dict[str, int] = {}
-        self._by_text: dict[Group, int] = {}
+        self.acronyms = acronyms
+        self.expanded: dict[int, tuple[str, str]] = {}
+        """term id → (the alias it widens, how papers write it)."""
+        self._by_text: dict[tuple[Group, frozenset[int]], int] = {}
         self._alias_terms: dict[str, tuple[int, ...]] = {}
+        self._variant_terms: dict[str, tuple[int, ...]] = {}
+
+    def _term(self, toks: tuple[str, ...]) -> int:
+        return self.terms.setdefault(toks, len(self.terms))
 
     def alias_terms(self, alias: str) -> tuple[int, ...]:
-        """Term ids of one alias (adding them)."""
+        """Term ids of one alias as written (adding them)."""
         found = self._alias_terms.get(alias)
         if found is None:
-            found = tuple(self.terms.setdefault(t, len(self.terms)) for t in phrase_terms(alias))
+            found = tuple(self._term(t) for t in phrase_terms(alias))
             self._alias_terms[alias] = found
         return found
 
-    def group(self, aliases: Group) -> int:
-        """The id of an alias set; the same set of terms is one group however it was written."""
-        gid = self._by_text.get(aliases)
+    def variant_terms(self, alias: str) -> tuple[int, ...]:
+        """Term ids of an alias's acronym variants that it does not already match."""
+        found = self._variant_terms.get(alias)
+        if found is None:
+            own = set(self.alias_terms(alias))
+            ids: list[int] = []
+            for toks, display in self.acronyms.variants(alias):
+                tid = self._term(toks)
+                if tid not in own and tid not in ids:
+                    ids.append(tid)
+                    self.expanded.setdefault(tid, (alias, display))
+            found = self._variant_terms[alias] = tuple(ids)
+        return found
+
+    def group(self, aliases: Group, *, taken: frozenset[int] = frozenset()) -> int:
+        """The id of an alias set; the same set of terms is one group however it was written.
+
+        Acronym variants join the group unless they are in ``taken`` (terms another entry of
+        the same rule names itself, which would otherwise count twice).
+        """
+        key = (aliases, taken)
+        gid = self._by_text.get(key)
         if gid is None:
-            term_ids = tuple(sorted({t for a in aliases for t in self.alias_terms(a)}))
+            own = {t for a in aliases for t in self.alias_terms(a)}
+            extra = {t for a in aliases for t in self.variant_terms(a)} - taken
+            term_ids = tuple(sorted(own | extra))
             gid = self.groups.setdefault(term_ids, len(self.groups))
-            self._by_text[aliases] = gid
+            self._by_text[key] = gid
         return gid
 
     def category(self, name: str) -> int:
@@ -249,6 +308,8 @@ class Queries:
     min_score: FloatArray
     category_only: npt.NDArray[np.bool_]
     """Rows without keywords: being in one of their categories is the match."""
+    row_groups: tuple[tuple[int, ...], ...] = ()
+    """Per row, the group of each keyword and ``all`` entry, in the rule's order."""
 
     @property
     def n_rows(self) -> int:
@@ -272,8 +333,17 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
     n_required = np.zeros(n, dtype=np.int64)
     min_score = np.zeros(n)
     category_only = np.zeros(n, dtype=bool)
-    group = v.group
+    row_groups: list[tuple[int, ...]] = []
     for i, rule in enumerate(rules):
+        # Terms the rule's entries name themselves: an acronym variant never adds them twice.
+        own = frozenset(
+            t for g in (*rule.keywords, *rule.required) for a in g for t in v.alias_terms(a)
+        )
+
+        def group(g: Group, own: frozenset[int] = own) -> int:
+            return v.group(g, taken=own - {t for a in g for t in v.alias_terms(a)})
+
+        row_groups.append(tuple(group(g) for g in (*rule.keywords, *rule.required)))
         for g in rule.keywords:
             sr.append(i)
             sc.append(group(g))
@@ -287,7 +357,7 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
                 sc.append(gid)
         for g in rule.exclude:
             er.append(i)
-            ec.append(group(g))
+            ec.append(v.group(g))
         for c in rule.categories:
             cr.append(i)
             cc.append(v.category(c))
@@ -307,22 +377,27 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
         authors=_csr(ar, ac, (n, len(v.authors))),
         min_score=min_score,
         category_only=category_only,
+        row_groups=tuple(row_groups),
     )
 
 
 # ---------------------------------------------------------------------------- papers
 
 
-def trend_factor(paper: Paper) -> float:
-    """The trending multiplier (≥ 1) from upvotes, comments, upvote velocity and sources."""
+def trend_signal(paper: Paper) -> float:
+    """How much attention a paper has: log upvotes, comments, upvotes/hour, extra sources."""
     extra_sources = min(MAX_EXTRA_SOURCES, max(0, len(set(paper.sources)) - 1))
     return (
-        1.0
-        + UPVOTE_WEIGHT * math.log1p(max(0, paper.upvotes or 0))
-        + COMMENT_WEIGHT * math.log1p(max(0, paper.comments or 0))
-        + VELOCITY_WEIGHT * math.log1p(max(0.0, paper.upvote_velocity or 0.0))
-        + SOURCE_WEIGHT * extra_sources
+        math.log1p(max(0, paper.upvotes or 0))
+        + 0.5 * math.log1p(max(0, paper.comments or 0))
+        + math.log1p(max(0.0, paper.upvote_velocity or 0.0))
+        + 0.5 * extra_sources
     )
+
+
+def trend_factor(paper: Paper) -> float:
+    """The trending multiplier, from 1 (no signal) up to ``1 + TREND_LIFT``, saturating."""
+    return 1.0 + TREND_LIFT * (1.0 - math.exp(-trend_signal(paper) / TREND_SCALE))
 
 
 def age_hours(paper: Paper, now: datetime) -> float:
@@ -331,51 +406,92 @@ def age_hours(paper: Paper, now: datetime) -> float:
 
 
 def recency_factor(paper: Paper, now: datetime) -> float:
-    """``0.5 ** (age / 3 days)``: today's paper 1, three days old 0.5."""
-    return float(0.5 ** (age_hours(paper, now) / HALF_LIFE_HOURS))
+    """From 1 (new) down to ``1 - AGE_DROP`` (old), halfway after ``HALF_LIFE_HOURS``."""
+    return 1.0 - AGE_DROP * (1.0 - float(0.5 ** (age_hours(paper, now) / HALF_LIFE_HOURS)))
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The run's papers as token lists, each paper's own acronyms read as their long forms."""
+
+    titles: tuple[list[str], ...]
+    abstracts: tuple[list[str], ...]
+    learned: dict[str, Counter[tuple[Tokens, str]]]
+    """acronym key → how often papers defined it as each long form (tokens, as written)."""
+
+    @classmethod
+    def read(cls, papers: Sequence[Paper]) -> Documents:
+        titles: list[list[str]] = []
+        abstracts: list[list[str]] = []
+        learned: dict[str, Counter[tuple[Tokens, str]]] = {}
+        for paper in papers:
+            (title, abstract), found = read_defined(paper.title, paper.abstract)
+            titles.append(title)
+            abstracts.append(abstract)
+            for key, (_, long) in found.items():
+                toks = tuple(tokenize(long))
+                learned.setdefault(key, Counter())[(toks, " ".join(long.split()))] += 1
+        return cls(tuple(titles), tuple(abstracts), learned)
 
 
 class PaperIndex:
-    """The run's papers as matrices over a vocabulary: BM25F weights, presence, boosts."""
+    """The run's papers as matrices over a vocabulary: BM25F weights, evidence, boosts."""
 
-    def __init__(self, papers: Sequence[Paper], vocab: Vocabulary, now: datetime) -> None:
+    def __init__(
+        self,
+        papers: Sequence[Paper],
+        vocab: Vocabulary,
+        now: datetime,
+        docs: Documents | None = None,
+    ) -> None:
         self.papers = tuple(papers)
+        docs = docs or Documents.read(self.papers)
         n_papers = len(self.papers)
         n_terms = len(vocab.terms)
         terms = vocab.terms
         starts: dict[str, list[int]] = {}
-        for seq in terms:
+        bags: dict[str, list[tuple[int, frozenset[str]]]] = {}
+        for seq, tid in terms.items():
             if len(seq) > 1:
                 starts.setdefault(seq[0], [])
                 if len(seq) not in starts[seq[0]]:
                     starts[seq[0]].append(len(seq))
+                bags.setdefault(seq[0], []).append((tid, frozenset(seq)))
         singles = {seq[0]: tid for seq, tid in terms.items() if len(seq) == 1}
-        fields: list[list[tuple[int, int, int]]] = [[], []]  # (paper, term, tf) per field
+        fields: list[list[tuple[int, int, float]]] = [[], []]  # (paper, term, tf) per field
         lengths = np.zeros((2, n_papers))
-        for p, paper in enumerate(self.papers):
-            for f, text in enumerate((paper.title, paper.abstract)):
-                toks = tokenize(text)
+        for p in range(n_papers):
+            for f, toks in enumerate((docs.titles[p], docs.abstracts[p])):
                 lengths[f, p] = len(toks)
-                counts: Counter[int] = Counter()
+                counts: dict[int, float] = {}
                 for tok, k in Counter(toks).items():  # single words: count once per distinct word
-                    tid = singles.get(tok)
-                    if tid is not None:
-                        counts[tid] += k
+                    single = singles.get(tok)
+                    if single is not None:
+                        counts[single] = counts.get(single, 0.0) + k
                 for i in [i for i, tok in enumerate(toks) if tok in starts]:  # phrases
                     for size in starts[toks[i]]:
                         if i + size > len(toks):
                             continue  # a cut-off slice would match a shorter phrase
-                        tid = terms.get(tuple(toks[i : i + size]))
-                        if tid is not None:
-                            counts[tid] += 1
+                        found = terms.get(tuple(toks[i : i + size]))
+                        if found is not None:
+                            counts[found] = counts.get(found, 0.0) + 1
+                if f == 0 and bags:
+                    # A title that has every word of a phrase, not in order ("serving LLMs"
+                    # for "LLM serving"), counts half a mention: scattered words count less.
+                    have = set(toks)
+                    for tok in have & bags.keys():
+                        for tid, words in bags[tok]:
+                            if tid not in counts and words <= have:
+                                counts[tid] = BAG_TF
                 fields[f].extend((p, t, c) for t, c in counts.items())
 
-        def tf(entries: list[tuple[int, int, int]]) -> sp.csr_matrix:
+        def tf(entries: list[tuple[int, int, float]]) -> sp.csr_matrix:
             if not entries:
                 return sp.csr_matrix((n_papers, n_terms))
-            arr = np.asarray(entries, dtype=np.int64)
+            arr = np.asarray(entries, dtype=np.float64)
             return sp.csr_matrix(
-                (arr[:, 2].astype(np.float64), (arr[:, 0], arr[:, 1])), shape=(n_papers, n_terms)
+                (arr[:, 2], (arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64))),
+                shape=(n_papers, n_terms),
             )
 
         self.title_tf = tf(fields[0])
@@ -384,8 +500,10 @@ class PaperIndex:
         avg = np.maximum(lengths.mean(axis=1) if n_papers else np.ones(2), 1.0)
         norm_t = TITLE_WEIGHT / (1 - B + B * lengths[0] / avg[0]) if n_papers else np.zeros(0)
         norm_a = ABSTRACT_WEIGHT / (1 - B + B * lengths[1] / avg[1]) if n_papers else np.zeros(0)
-        title_g = sp.diags(norm_t) @ (self.title_tf @ to_groups)
-        abstract_g = sp.diags(norm_a) @ (self.abstract_tf @ to_groups)
+        title_raw = sp.csr_matrix(self.title_tf @ to_groups)
+        abstract_raw = sp.csr_matrix(self.abstract_tf @ to_groups)
+        title_g = sp.diags(norm_t) @ title_raw
+        abstract_g = sp.diags(norm_a) @ abstract_raw
         pseudo = sp.csr_matrix(title_g + abstract_g)
         pseudo.eliminate_zeros()
         n_groups = len(vocab.groups)
@@ -398,6 +516,19 @@ class PaperIndex:
         presence = weights.copy()
         presence.data[:] = 1.0
         self.presence_t: sp.csr_matrix = presence.T.tocsr()
+        # Evidence: 1 for a passing mention (one single word, once, in the abstract only), 2 for
+        # anything more (in the title, twice or more, or a phrase). See MIN_EVIDENCE.
+        multi = np.array([len(t) > 1 for t in terms], dtype=np.float64)
+        phrase_in_abstract = sp.csr_matrix(self.abstract_tf @ sp.diags(multi) @ to_groups)
+        strong = sp.csr_matrix(
+            (title_raw > 0).astype(np.float64)
+            + (abstract_raw >= 2).astype(np.float64)
+            + (phrase_in_abstract > 0).astype(np.float64)
+        )
+        strong.data[:] = 1.0
+        self.evidence_t: sp.csr_matrix = sp.csr_matrix(presence + strong.multiply(presence)).T
+        self.evidence_t = self.evidence_t.tocsr()
+        """groups × papers: 1 for a passing mention of the group, 2 for a real one."""
         self.trend: FloatArray = np.array([trend_factor(p) for p in self.papers])
         self.recency: FloatArray = np.array([recency_factor(p, now) for p in self.papers])
         self.boost: FloatArray = self.trend * self.recency
@@ -441,8 +572,15 @@ def _dense(m: Any) -> FloatArray:
 
 
 def score_block(q: Queries, index: PaperIndex, start: int, stop: int) -> FloatArray:
-    """Final scores (relevance × trending × recency, 0 = no match) for rows ``start:stop``."""
-    scores = _dense(q.scoring[start:stop] @ index.boosted_t)
+    """Final scores (relevance × trending × recency, 0 = no match) for rows ``start:stop``.
+
+    A keyword match counts only with enough evidence (``MIN_EVIDENCE``): one single word
+    mentioned once in an abstract, and nothing else, is not a match.
+    """
+    scoring = q.scoring[start:stop]
+    scores = _dense(scoring @ index.boosted_t)
+    if scoring.nnz:
+        scores *= _dense(scoring @ index.evidence_t) >= MIN_EVIDENCE
     authors = q.authors[start:stop]
     if authors.nnz:
         hits = _dense(authors @ index.authors_t)
@@ -577,18 +715,44 @@ class Explanation:
     recency: float
     age_hours: float
     terms: tuple[tuple[str, str, float], ...]
-    """(field, label, contribution) per matched keyword entry, best first."""
+    """(field, label, contribution) per matched keyword entry, best first; the label is the
+    alias found, or for an acronym match the words the paper used."""
     authors: tuple[str, ...]
     categories: tuple[str, ...]
+    expansions: tuple[tuple[str, str], ...] = ()
+    """(keyword as written, as the paper wrote it) for each acronym match."""
+    weak: bool = False
+    """Only one passing mention: not enough evidence to show the paper."""
+    best: float = 0.0
+    """The topic's best relevance today; below ``RELATIVE_CUT`` of it a paper is not shown."""
+
+    @property
+    def shown(self) -> bool:
+        return (
+            self.relevance > 0
+            and not self.weak
+            and self.relevance >= RELATIVE_CUT * self.best - 1e-9
+        )
 
     def lines(self) -> list[str]:
         out = [f"relevance {self.relevance:.3f}"]
         for field, label, value in self.terms:
             out.append(f"  {value:6.3f}  {field}: {label}")
+        for alias, written in self.expansions:
+            out.append(f"          acronym: {alias!r} matched as {written!r}")
         if self.authors:
             out.append(f"  {AUTHOR_SCORE:6.3f}  by {', '.join(self.authors)}")
         if self.categories:
             out.append(f"          in {', '.join(self.categories)}")
+        if self.weak:
+            out.append("          left out: one passing mention in the abstract is too weak")
+        elif self.relevance <= 0:
+            out.append("          left out: nothing the topic asks for matched")
+        elif self.best and self.relevance < RELATIVE_CUT * self.best - 1e-9:
+            out.append(
+                f"          left out: below {RELATIVE_CUT:.0%} of the topic's best "
+                f"relevance today ({self.best:.3f})"
+            )
         out.append(
             f"× trending {self.trend:.3f} × recency {self.recency:.3f} "
             f"({self.age_hours / 24:.1f} days old)"
@@ -606,7 +770,12 @@ def _fmt_count(n: int, word: str) -> str:
 
 
 class Ranker:
-    """Scores every topic against a run's papers once; then builds digests per subscriber."""
+    """Scores every topic against a run's papers once; then builds digests per subscriber.
+
+    A topic's list holds the papers with enough evidence (``MIN_EVIDENCE``) whose relevance is
+    at least ``RELATIVE_CUT`` of the topic's best today, ordered by relevance × trending ×
+    recency; ``left_out`` counts the matches that did not make it.
+    """
 
     def __init__(
         self, topics: Sequence[TopicSettings], papers: Sequence[Paper], now: datetime
@@ -615,10 +784,27 @@ class Ranker:
         self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
         self._order = {t.name: i for i, t in enumerate(topics)}
         self._rules = [Rule.from_topic(t) for t in topics]
-        self.vocab = Vocabulary()
+        docs = Documents.read(papers)
+        self.acronyms = Acronyms.build(docs.learned)
+        self.vocab = Vocabulary(self.acronyms)
         self.queries = compile_rules(self._rules, self.vocab)
-        self.index = PaperIndex(papers, self.vocab, now)
-        self.scores = score_all(self.queries, self.index)
+        self.index = PaperIndex(papers, self.vocab, now, docs)
+        self._group_terms = {gid: set(terms) for terms, gid in self.vocab.groups.items()}
+        scores = score_all(self.queries, self.index)
+        relevance = scores / np.maximum(self.index.boost, 1e-12)
+        self.best: dict[str, float] = {}
+        self.left_out: dict[str, int] = {}
+        """Per topic, matches not shown: passing mentions, or far below the day's best."""
+        if len(topics) and self.index.n_papers:
+            passing = _dense(self.queries.scoring @ self.index.evidence_t) == 1
+        for i, topic in enumerate(topics):
+            best = float(relevance[i].max()) if self.index.n_papers else 0.0
+            self.best[topic.name] = best
+            below = (relevance[i] > 0) & (relevance[i] < RELATIVE_CUT * best - 1e-9)
+            scores[i, below] = 0.0
+            weak = int(passing[i].sum()) if self.index.n_papers else 0
+            self.left_out[topic.name] = int(below.sum()) + weak
+        self.scores = scores
         self.ranked: dict[str, tuple[DigestItem, ...]] = {}
         papers_t = self.index.papers
         for i, topic in enumerate(topics):
@@ -653,45 +839,64 @@ class Ranker:
                 return j
         raise KeyError(paper.id)
 
+    def _found(
+        self, aliases: Group, gid: int, present: set[int]
+    ) -> tuple[str, tuple[str, str] | None] | None:
+        """The alias of a group found among ``present`` terms (or the acronym variant)."""
+        vocab = self.vocab
+        for alias in aliases:
+            if set(vocab.alias_terms(alias)) & present:
+                return alias, None
+        mine = self._group_terms.get(gid, set())
+        for alias in aliases:
+            for tid in vocab.variant_terms(alias):
+                if tid in present and tid in mine:
+                    written = vocab.expanded[tid][1]
+                    return written, (alias, written)
+        return None
+
     def explanation(self, topic_name: str, paper_index: int) -> Explanation:
         """The parts of a topic × paper score, for reasons and ``--explain``."""
         i = self._order[topic_name]
         rule = self._rules[i]
         j = paper_index
         paper = self.index.papers[j]
-        vocab = self.vocab
         w = self.index.weights
         lo, hi = w.indptr[j], w.indptr[j + 1]
         row_w = dict(zip(w.indices[lo:hi].tolist(), w.data[lo:hi].tolist(), strict=True))
         title_tf = self.index.title_tf
-        in_title = set(title_tf.indices[title_tf.indptr[j] : title_tf.indptr[j + 1]])
+        in_title = set(title_tf.indices[title_tf.indptr[j] : title_tf.indptr[j + 1]].tolist())
         abstract_tf = self.index.abstract_tf
-        in_abstract = set(abstract_tf.indices[abstract_tf.indptr[j] : abstract_tf.indptr[j + 1]])
+        in_abstract = set(
+            abstract_tf.indices[abstract_tf.indptr[j] : abstract_tf.indptr[j + 1]].tolist()
+        )
         terms: list[tuple[str, str, float, int]] = []
+        expansions: list[tuple[str, str]] = []
         seen: set[int] = set()
-        for pos, g in enumerate((*rule.keywords, *rule.required)):
-            gid = vocab.group(g)
+        entries = (*rule.keywords, *rule.required)
+        evidence = 0.0
+        ev = self.index.evidence_t
+        for pos, (g, gid) in enumerate(zip(entries, self.queries.row_groups[i], strict=True)):
             if gid in seen or gid not in row_w:
                 continue
             seen.add(gid)
+            evidence += float(ev[gid, j])
             field, label = "abstract", g[0]
-            for alias in g:
-                ids = set(vocab.alias_terms(alias))
-                if ids & in_title:
-                    field, label = "title", alias
+            for name, present in (("title", in_title), ("abstract", in_abstract)):
+                found = self._found(g, gid, present)
+                if found:
+                    field, label = name, found[0]
+                    if found[1]:
+                        expansions.append(found[1])
                     break
-            else:
-                for alias in g:
-                    if set(vocab.alias_terms(alias)) & in_abstract:
-                        label = alias
-                        break
             terms.append((field, label, float(row_w[gid]), pos))
         terms.sort(key=lambda t: (-round(t[2], 9), t[3]))
         wanted = {author_key(a) for a in rule.authors}
         authors = tuple(a for a in paper.authors if author_key(a) in wanted)
         paper_cats = {category_key(c) for c in paper.categories}
         cats = tuple(c for c in rule.categories if category_key(c) in paper_cats)
-        relevance = sum(t[2] for t in terms) + AUTHOR_SCORE * len(authors)
+        weak = bool(terms) and 0 < evidence < MIN_EVIDENCE
+        relevance = (0.0 if weak else sum(t[2] for t in terms)) + AUTHOR_SCORE * len(authors)
         if self.queries.category_only[i] and cats:
             relevance += CATEGORY_SCORE
         return Explanation(
@@ -703,6 +908,9 @@ class Ranker:
             terms=tuple((f, label, v) for f, label, v, _ in terms),
             authors=authors,
             categories=cats,
+            expansions=tuple(expansions),
+            weak=weak and not authors,
+            best=self.best.get(topic_name, 0.0),
         )
 
     def reason(self, topic_name: str, paper_index: int) -> str:

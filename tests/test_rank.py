@@ -18,9 +18,12 @@ from newsletter.config import TopicSettings
 from newsletter.models import Paper
 from newsletter.rank import (
     ABSTRACT_WEIGHT,
+    AGE_DROP,
     AUTHOR_SCORE,
     K1,
     TITLE_WEIGHT,
+    TREND_LIFT,
+    TREND_SCALE,
     B,
     PaperIndex,
     Ranker,
@@ -95,7 +98,9 @@ def rank(papers: list[Paper], *topics: TopicSettings) -> Ranker:
         ("GNNs", "A GNN for molecules", True),
         ("mixture of experts", "Sparse Mixture-of-Experts layers", True),
         ("mixture-of-experts", "a mixture of experts model", True),
-        ("mixture of experts", "experts: a mixture of", False),
+        ("mixture of experts", "experts: a mixture of", True),  # scattered in a title: half
+        ("quantization", "Quantized transformers", True),
+        ("distributed training", "Training on a distribution shift", False),
         ("KV cache", "compressing the kv-cache", True),
         ("pre-training", "better pretraining data", True),
         ("pre-training", "pre training at scale", True),
@@ -254,7 +259,13 @@ def test_upvote_velocity_and_sources_count() -> None:
     base = paper(1, "x")
     assert trend_factor(base) == 1.0
     assert trend_factor(paper(1, "x", upvote_velocity=12.0)) > 1.0
-    assert trend_factor(paper(1, "x", sources=("a", "b", "c"))) == pytest.approx(1.2)
+    # Two extra sources give a signal of 1: TREND_LIFT · (1 - e^(-1/TREND_SCALE)).
+    assert trend_factor(paper(1, "x", sources=("a", "b", "c"))) == pytest.approx(
+        1 + TREND_LIFT * (1 - math.exp(-1 / TREND_SCALE))
+    )
+    # However hyped, the lift saturates below 1 + TREND_LIFT.
+    hyped = paper(1, "x", upvotes=10**6, comments=10**5, upvote_velocity=10**4.0)
+    assert 1 + TREND_LIFT * 0.99 < trend_factor(hyped) < 1 + TREND_LIFT
     fast = paper(2, "Speculative decoding", upvotes=10, upvote_velocity=30.0)
     ranker = rank([fast], topic(keywords=["speculative decoding"]))
     assert ranker.ranked["t"][0].reason == "title: speculative decoding · 10 upvotes · +30/h"
@@ -262,7 +273,11 @@ def test_upvote_velocity_and_sources_count() -> None:
 
 def test_recency_decays_with_a_three_day_half_life() -> None:
     assert recency_factor(paper(1, "x", age=timedelta(0)), NOW) == 1.0
-    assert recency_factor(paper(1, "x", age=timedelta(days=3)), NOW) == pytest.approx(0.5)
+    half = 1 - AGE_DROP / 2
+    assert recency_factor(paper(1, "x", age=timedelta(days=3)), NOW) == pytest.approx(half)
+    assert recency_factor(paper(1, "x", age=timedelta(days=300)), NOW) == pytest.approx(
+        1 - AGE_DROP
+    )
     assert recency_factor(paper(1, "x", age=-timedelta(days=1)), NOW) == 1.0  # future: not > 1
     papers = [
         paper(1, "Speculative decoding", age=timedelta(days=4)),
@@ -341,20 +356,33 @@ def test_topic_max_items_caps_its_section() -> None:
 
 def reference_scores(rules: list[Rule], papers: list[Paper]) -> np.ndarray:
     """The scores computed the slow, obvious way: per row, per paper, per keyword."""
-    from newsletter.rank import author_key, phrase_terms, recency_factor, trend_factor
+    from newsletter.rank import BAG_TF, author_key, phrase_terms, recency_factor, trend_factor
+    from newsletter.text import read_defined
 
-    toks = [(tokenize(p.title), tokenize(p.abstract)) for p in papers]
+    toks = [tuple(read_defined(p.title, p.abstract)[0]) for p in papers]
 
-    def count(seq: list[str], phrase: tuple[str, ...]) -> int:
+    def count(seq: list[str], phrase: tuple[str, ...], *, title: bool = False) -> float:
         n = len(phrase)
-        return sum(tuple(seq[i : i + n]) == phrase for i in range(len(seq) - n + 1))
+        found = sum(tuple(seq[i : i + n]) == phrase for i in range(len(seq) - n + 1))
+        if not found and title and n > 1 and set(phrase) <= set(seq):
+            return BAG_TF  # every word of the phrase in the title, out of order
+        return found
 
     def group_tf(aliases: tuple[str, ...], j: int) -> tuple[float, float]:
         terms = {t for a in aliases for t in phrase_terms(a)}
         return (
-            sum(count(toks[j][0], t) for t in terms),
+            sum(count(toks[j][0], t, title=True) for t in terms),
             sum(count(toks[j][1], t) for t in terms),
         )
+
+    def evidence(aliases: tuple[str, ...], j: int) -> int:
+        """1 for a passing mention (one word once, in the abstract only), 2 for more."""
+        tt, ta = group_tf(aliases, j)
+        if not tt and not ta:
+            return 0
+        terms = {t for a in aliases for t in phrase_terms(a)}
+        phrase = any(len(t) > 1 and count(toks[j][1], t) for t in terms)
+        return 2 if tt or ta >= 2 or phrase else 1
 
     n = len(papers)
     avg_t = max(1.0, sum(len(t) for t, _ in toks) / n)
@@ -378,6 +406,8 @@ def reference_scores(rules: list[Rule], papers: list[Paper]) -> np.ndarray:
                 for g in (*rule.keywords, *rule.required)
             }
             rel = sum(bm25(g, j) for g in groups.values())
+            if sum(evidence(g, j) for g in groups.values()) < 2:
+                rel = 0.0  # a single passing mention is no match
             rel += AUTHOR_SCORE * sum(
                 author_key(a) in {author_key(x) for x in rule.authors} for a in p.authors
             )

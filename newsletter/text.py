@@ -1,0 +1,278 @@
+"""Words as the ranker sees them: tokenizer, light stemmer, phrases and acronym pairs.
+
+Shared by config validation (a keyword must have words to match) and ranking, so validating a
+config does not import the scorer.
+
+* :func:`tokenize` folds case, accents and possessives, splits on punctuation and hyphens and
+  stems each word with :func:`stem`, a light stemmer: plurals (Harman's S-stemmer), the
+  inflections ``-ed``/``-ing`` and the derivations ``-ization``/``-ation``/``-izer`` (Porter2's
+  steps 1b and 2 for these suffixes only), British ``-ise``, and a final ``e``. So "quantized",
+  "quantizing", "quantization" and "quantise" are one word, while "distributed" and
+  "distribution", or "general" and "generation", stay apart (full Porter2 would merge
+  "parallelism" with "parallel"; the judged set in ``tests/ranking/`` compares the variants).
+* :func:`abbreviations` finds "long form (SF)" definitions in a text with the Schwartz–Hearst
+  algorithm (Schwartz & Hearst, *A simple algorithm for identifying abbreviation definitions in
+  biomedical text*, PSB 2003); :data:`KNOWN_ACRONYMS` is a short shipped list of the field's
+  unambiguous ones. The ranker uses both to match ``LLM inference`` with "large language model
+  inference" without the operator listing both.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from functools import lru_cache
+
+_POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
+_TOKEN = re.compile(r"[^\W_]+")
+_VOWELS = frozenset("aeiouy")
+_DOUBLES = ("bb", "dd", "ff", "gg", "mm", "nn", "pp", "rr", "tt")
+
+
+def _plural(token: str) -> str:
+    """Harman's S-stemmer, for lowercase tokens longer than 3."""
+    if len(token) <= 3 or not token.endswith("s") or not token[-2].isalpha():
+        return token
+    if token.endswith("ies") and not token.endswith(("eies", "aies")) and len(token) > 4:
+        return token[:-3] + "y"
+    if token.endswith("sses"):
+        return token[:-2]
+    if token.endswith(("ss", "is")) or (token.endswith("us") and len(token) > 4):
+        return token  # class, analysis, status (but "gpus" is a plural)
+    return token[:-1]
+
+
+def _has_vowel(s: str) -> bool:
+    return any(c in _VOWELS for c in s)
+
+
+_BRITISH = re.compile(r"is(e|ed|ing|ation|er)$")
+_DERIVATIONS = (("ization", "ize"), ("izer", "ize"), ("ation", "ate"))
+
+
+@lru_cache(maxsize=131072)
+def stem(token: str) -> str:
+    """The light stem of a lowercase word: plural, -ed/-ing, -ization/-ation/-izer, final e.
+
+    Words of three letters or fewer only lose a plural s; words with digits are left alone.
+    """
+    if not token.isalpha():
+        return token
+    w = _plural(token)
+    if len(w) <= 3:
+        return w
+    if len(w) >= 6:
+        w = _BRITISH.sub(r"iz\1", w)  # quantise, quantised, quantisation -> quantiz...
+    for suffix, repl in _DERIVATIONS:  # Porter2 step 2, these suffixes only
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            w = w[: -len(suffix)] + repl
+            break
+    else:
+        for suffix in ("ing", "ed"):  # Porter2 step 1b
+            if w.endswith(suffix) and not w.endswith("eed"):
+                rest = w[: -len(suffix)]
+                if len(rest) >= 3 and _has_vowel(rest):
+                    w = rest[:-1] if rest.endswith(_DOUBLES) else rest  # embedding -> embed
+                break
+    if len(w) > 4 and w.endswith("e"):
+        w = w[:-1]  # Porter2 step 5: generate, generated, generation -> generat
+    return w
+
+
+def _acronym(token: str) -> bool:
+    core = token[:-1] if len(token) >= 3 and token[-1] == "s" else token
+    return 2 <= len(core) <= 6 and core.isupper()
+
+
+@lru_cache(maxsize=131072)
+def _word(token: str) -> str:
+    if _acronym(token):  # LLM, GPUs, CUDA: only an acronym's plural s is dropped
+        return (token[:-1] if token[-1] == "s" else token).lower()
+    return stem(token.casefold())
+
+
+def _strip(text: str) -> str:
+    if not text.isascii():
+        text = "".join(
+            c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)
+        )
+    return _POSSESSIVE.sub("", text)
+
+
+def fold(text: str) -> str:
+    """Lowercase, accents and possessives removed: the text every matcher sees."""
+    return _strip(text).casefold()
+
+
+def tokenize(text: str) -> list[str]:
+    """Normalized, stemmed word tokens; punctuation and hyphens separate words."""
+    return [_word(t) for t in _TOKEN.findall(_strip(text))]
+
+
+def phrase_terms(phrase: str) -> tuple[tuple[str, ...], ...]:
+    """The token sequences a keyword matches: itself, and for a hyphenated word its closed form.
+
+    ``pre-training`` matches "pre-training", "pre training" and "pretraining".
+    """
+    words = tuple(tokenize(phrase))
+    if not words:
+        return ()
+    out = [words]
+    if "-" in phrase:
+        closed = tuple(tokenize(re.sub(r"(?<=\w)-(?=\w)", "", phrase)))
+        if closed and closed != words:
+            out.append(closed)
+    return tuple(out)
+
+
+def author_key(name: str) -> str:
+    """A name as followed-author matching compares it: folded words."""
+    return " ".join(_TOKEN.findall(fold(name)))
+
+
+def category_key(name: str) -> str:
+    """An arXiv category as matching compares it."""
+    return name.strip().casefold()
+
+
+# ---------------------------------------------------------------------------- acronyms
+
+KNOWN_ACRONYMS: dict[str, tuple[str, ...]] = {
+    "LLM": ("large language model",),
+    "MLLM": ("multimodal large language model",),
+    "VLM": ("vision-language model", "vision language model"),
+    "LM": ("language model",),
+    "MoE": ("mixture of experts", "mixture-of-experts"),
+    "NAS": ("neural architecture search",),
+    "GNN": ("graph neural network",),
+    "RL": ("reinforcement learning",),
+    "RLHF": ("reinforcement learning from human feedback",),
+    "DPO": ("direct preference optimization",),
+    "KV": ("key-value",),
+    "RAG": ("retrieval-augmented generation", "retrieval augmented generation"),
+    "ViT": ("vision transformer",),
+    "NeRF": ("neural radiance field",),
+    "SSM": ("state space model", "state-space model"),
+    "LoRA": ("low-rank adaptation",),
+    "PEFT": ("parameter-efficient fine-tuning",),
+    "PTQ": ("post-training quantization",),
+    "QAT": ("quantization-aware training",),
+    "GAN": ("generative adversarial network",),
+    "VAE": ("variational autoencoder",),
+    "CNN": ("convolutional neural network",),
+    "RNN": ("recurrent neural network",),
+    "LSTM": ("long short-term memory",),
+    "NLP": ("natural language processing",),
+    "ASR": ("automatic speech recognition",),
+    "GEMM": ("general matrix multiplication", "general matrix multiply"),
+    "HPC": ("high-performance computing",),
+    "SLO": ("service-level objective",),
+}
+"""The field's common, unambiguous acronyms; papers add their own (:func:`abbreviations`)."""
+
+_PAREN = re.compile(r"\(([^()]{1,24})\)")
+_WORDS = re.compile(r"\S+")
+
+
+def _short_form(inside: str) -> str | None:
+    sf = re.split(r"[;,] ", inside.strip())[0].strip()
+    if not 2 <= len(sf) <= 10 or len(sf.split()) > 2:
+        return None
+    if not sf[0].isalnum() or not any(c.isalpha() for c in sf):
+        return None
+    if not any(c.isupper() for c in sf):
+        return None  # "(e.g.)", "(see below)": an acronym has a capital
+    if len(sf) >= 3 and sf.endswith("s") and sf[:-1].isupper():
+        sf = sf[:-1]  # (LLMs) defines LLM
+    return sf
+
+
+def _best_long_form(sf: str, words: list[str]) -> str | None:
+    """Schwartz–Hearst: match the short form's characters right to left inside the long form."""
+    lf = " ".join(words)
+    s, li = len(sf) - 1, len(lf) - 1
+    while s >= 0:
+        c = sf[s].lower()
+        if not c.isalnum():
+            s -= 1
+            continue
+        while li >= 0 and (lf[li].lower() != c or (s == 0 and li > 0 and lf[li - 1].isalnum())):
+            li -= 1
+        if li < 0:
+            return None
+        s -= 1
+        li -= 1
+    start = lf.rfind(" ", 0, li + 1) + 1
+    out = lf[start:].strip(" ,;:")
+    if len(out) <= len(sf) or sf.lower() in out.lower().split():
+        return None
+    return out
+
+
+def definitions(text: str) -> Iterator[tuple[str, str, int, int]]:
+    """(short form, long form, start, end of "(SF)") for each "long form (SF)" in a text.
+
+    The Schwartz–Hearst algorithm: a parenthesized short form of 2–10 characters with a
+    capital, and the shortest run of at most ``min(|SF| + 5, 2·|SF|)`` preceding words whose
+    letters contain the short form's in order, its first letter starting a word.
+    """
+    for m in _PAREN.finditer(text):
+        sf = _short_form(m.group(1))
+        if sf is None:
+            continue
+        before = _WORDS.findall(text[: m.start()])
+        n = min(len(sf) + 5, 2 * len(sf))
+        candidates = before[-n:]
+        # The long form stops at a clause boundary.
+        for i in range(len(candidates) - 1, -1, -1):
+            if candidates[i].endswith((".", ";", ":", ")")) and i < len(candidates) - 1:
+                candidates = candidates[i + 1 :]
+                break
+        lf = _best_long_form(sf, candidates)
+        if lf:
+            yield sf, lf, m.start(), m.end()
+
+
+def abbreviations(text: str) -> Iterator[tuple[str, str]]:
+    """(short form, long form) pairs a text defines as "long form (SF)" (Schwartz–Hearst)."""
+    for sf, lf, _, _ in definitions(text):
+        yield sf, lf
+
+
+def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str]]]:
+    """Tokens of each text with its own acronyms read as their long forms.
+
+    A paper that writes "speculative decoding (SD)" and then "SD" five times mentions
+    speculative decoding six times. The definitions of all ``texts`` (a title and an abstract)
+    apply to each; the "(SD)" itself is dropped, and only uses written exactly as defined (case
+    included) are replaced, so "IT" defined as information technology leaves "it" alone.
+    Returns the token lists and {acronym key: (acronym, long form)}.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    spans: list[list[tuple[int, int]]] = []
+    for text in texts:
+        mine: list[tuple[int, int]] = []
+        for sf, lf, start, end in definitions(text):
+            keys = tokenize(sf)
+            if len(keys) == 1 and keys[0] not in tokenize(lf):
+                found.setdefault(keys[0], (sf, lf))
+                mine.append((start, end))
+        spans.append(mine)
+    out: list[list[str]] = []
+    by_form = {sf: tuple(tokenize(lf)) for sf, lf in found.values()}
+    for text, mine in zip(texts, spans, strict=True):
+        for start, end in reversed(mine):
+            text = text[:start] + " " + text[end:]
+        if not by_form:
+            out.append(tokenize(text))
+            continue
+        toks: list[str] = []
+        for raw in _TOKEN.findall(_strip(text)):
+            long = by_form.get(raw) or (by_form.get(raw[:-1]) if raw.endswith("s") else None)
+            if long:
+                toks.extend(long)
+            else:
+                toks.append(_word(raw))
+        out.append(toks)
+    return out, found
