@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 import re
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
