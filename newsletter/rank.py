@@ -790,6 +790,7 @@ class Ranker:
         self.queries = compile_rules(self._rules, self.vocab)
         self.index = PaperIndex(papers, self.vocab, now, docs)
         self._group_terms = {gid: set(terms) for terms, gid in self.vocab.groups.items()}
+        self._term_words = {tid: words for words, tid in self.vocab.terms.items()}
         scores = score_all(self.queries, self.index)
         relevance = scores / np.maximum(self.index.boost, 1e-12)
         self.best: dict[str, float] = {}
@@ -842,18 +843,26 @@ class Ranker:
     def _found(
         self, aliases: Group, gid: int, present: set[int]
     ) -> tuple[str, tuple[str, str] | None] | None:
-        """The alias of a group found among ``present`` terms (or the acronym variant)."""
+        """The most specific alias of a group found among ``present`` terms, or acronym variant.
+
+        "large language model serving" names a match better than "model serving" does.
+        """
         vocab = self.vocab
-        for alias in aliases:
-            if set(vocab.alias_terms(alias)) & present:
-                return alias, None
         mine = self._group_terms.get(gid, set())
+        best: tuple[int, str, tuple[str, str] | None] | None = None
         for alias in aliases:
+            hit = [t for t in vocab.alias_terms(alias) if t in present]
+            if hit:
+                size = max(len(self._term_words[t]) for t in hit)
+                if best is None or size > best[0]:
+                    best = (size, alias, None)
             for tid in vocab.variant_terms(alias):
                 if tid in present and tid in mine:
-                    written = vocab.expanded[tid][1]
-                    return written, (alias, written)
-        return None
+                    size = len(self._term_words[tid])
+                    if best is None or size > best[0]:
+                        written = vocab.expanded[tid][1]
+                        best = (size, written, (alias, written))
+        return None if best is None else (best[1], best[2])
 
     def explanation(self, topic_name: str, paper_index: int) -> Explanation:
         """The parts of a topic × paper score, for reasons and ``--explain``."""
