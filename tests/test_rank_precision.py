@@ -50,7 +50,8 @@ def test_one_generic_word_once_in_an_abstract_is_not_a_match() -> None:
     assert ranker.left_out["t"] >= 1
     nerf = ranker.explanation("t", 0)
     assert nerf.weak and not nerf.shown
-    assert "left out: one passing mention in the abstract is too weak" in nerf.lines()
+    lines = [line.strip() for line in nerf.lines()]
+    assert "left out: one passing mention in the abstract is too weak" in lines
 
 
 def test_a_phrase_or_two_keywords_once_in_the_abstract_are_enough() -> None:
@@ -249,9 +250,8 @@ def test_schwartz_hearst_definitions() -> None:
 def test_light_stemming_joins_inflections_not_different_words() -> None:
     same = ["quantized", "quantization", "quantizing", "quantize", "quantise", "quantisation"]
     assert len({stem(w) for w in same}) == 1
-    assert stem("embedding") == stem("embedded") and stem("fine-tuned".split("-")[1]) == stem(
-        "tuning"
-    )
+    assert stem("embedding") == stem("embedded")
+    assert stem("tuned") == stem("tuning")  # fine-tuned, fine-tuning
     assert stem("distributed") != stem("distribution")
     assert stem("general") != stem("generation")
     assert stem("parallelism") != stem("parallel")
