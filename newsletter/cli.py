@@ -748,7 +748,14 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     for section in sections:
         console.print(f"\n[bold]{escape(section.title)}[/] ({len(section.items)})", highlight=False)
         if not section.items:
-            console.print("  nothing new matches this topic today")
+            console.print("  nothing strong in this topic today")
+        left_out = ranker.left_out.get(section.name, 0)
+        if left_out:
+            console.print(
+                f"  ({left_out} weaker {'match' if left_out == 1 else 'matches'} left out: a "
+                "single passing mention, or far below the best; see docs/topics.md)",
+                highlight=False,
+            )
         for n, item in enumerate(section.items, start=1):
             console.print(
                 f"{n:3}. {item.score:8.3f}  {escape(item.paper.key)}  {escape(item.paper.title)}",

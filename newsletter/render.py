@@ -427,7 +427,11 @@ class Renderer:
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
         sections = [s for s in digest.sections if s.items]
+        # A topic with nothing strong today says so, rather than padding with weak matches.
+        grouped = self.settings.digest.group_by_topic
+        quiet = [s.title for s in digest.sections if not s.items] if grouped and sections else []
         return {
+            "quiet": quiet,
             "digest": digest,
             "sections": sections,
             "items": digest.items,

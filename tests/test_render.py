@@ -237,6 +237,19 @@ def test_an_empty_edition_says_nothing_new(renderers: tuple[Renderer, Renderer])
     assert "Unsubscribe" in r.html and D.links().unsubscribe in r.text
 
 
+def test_a_topic_with_nothing_strong_today_says_so(renderers: tuple[Renderer, Renderer]) -> None:
+    full = D.digest(PAPERS, per_topic=3)
+    quiet = TopicSection("gpu-kernels", "GPU kernels", ())
+    digest = dataclasses.replace(full, sections=(*full.sections, quiet))
+    for renderer in renderers:
+        r = renderer.render(digest, D.links())
+        assert "Nothing strong in GPU kernels today." in r.html
+        assert "Nothing strong in GPU kernels today." in " ".join(r.text.split())
+    # Not when the whole digest is empty (that has its own note), nor for a full digest.
+    plain = renderers[0].render(full, D.links())
+    assert "Nothing strong" not in plain.html and "Nothing strong" not in plain.text
+
+
 def test_subject_template_from_config_and_singular() -> None:
     renderer = Renderer(D.settings(subject="[Papers] {count} new papers: {topics} ({date:%d %b})"))
     one = D.digest(PAPERS, per_topic=1, topics=("LLM serving",))
