@@ -35,7 +35,7 @@ import heapq
 import math
 import os
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dc_field
@@ -702,6 +702,252 @@ def top_n(
     return TopN(ids, vals)
 
 
+# ---------------------------------------------------------------------------- reader profiles
+
+ROCCHIO_BETA = 0.75
+"""Weight of the papers a reader (or a topic's ``like:``) asks for more of (Rocchio's β)."""
+ROCCHIO_GAMMA = 0.15
+"""Weight of the papers a reader asks for less of (Rocchio's γ)."""
+MAX_VOTES = 50
+"""A reader's profile uses at most their latest this many votes."""
+
+STOPWORDS = frozenset(
+    (
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "here",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "me",
+        "more",
+        "most",
+        "my",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "out",
+        "over",
+        "own",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "paper",
+        "propose",
+        "show",
+        "result",
+        "method",
+        "approach",
+        "use",
+        "using",
+        "based",
+        "new",
+        "via",
+    )
+)
+"""Words that say nothing about a paper's subject, left out of the profile vectors."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preference:
+    """One "more like this" (+1) or "less like this" (-1) for a paper, in a topic or in all."""
+
+    paper_key: str
+    value: int
+    topic: str | None = None
+
+
+def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
+    """A paper as the profile space sees it: the title counted twice, stop words out."""
+    stop = STOPWORDS
+    return [t for t in (*title, *title, *abstract) if t not in stop and len(t) > 1]
+
+
+class ProfileSpace:
+    """tf-idf vectors of the run's papers and of example papers, and their cosine similarities.
+
+    Built once per run, only when a topic has ``like:`` papers or a reader has votes:
+    ``similarity[e, p]`` is the cosine between example ``e`` and run paper ``p`` (sublinear tf,
+    smoothed idf over the run's papers, l2-normalized rows), so a reader's Rocchio profile
+    scores every paper with a weighted sum of a few rows.
+    """
+
+    def __init__(self, docs: Documents, examples: Sequence[Paper]) -> None:
+        run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
+        vocab: dict[str, int] = {}
+        df: Counter[int] = Counter()
+        for toks in run:
+            ids = {vocab.setdefault(t, len(vocab)) for t in toks}
+            df.update(ids)
+        n = len(run)
+        self.idf = np.ones(len(vocab))
+        for tid, k in df.items():
+            self.idf[tid] = math.log((1 + n) / (1 + k)) + 1.0
+        self.vocab = vocab
+        self.keys: dict[str, int] = {}
+        rows: list[list[str]] = []
+        for paper in examples:
+            if paper.key not in self.keys:
+                (title, abstract), _ = read_defined(paper.title, paper.abstract)
+                self.keys[paper.key] = len(rows)
+                rows.append(_profile_tokens(title, abstract))
+        self.titles = {p.key: p.title for p in examples}
+        x = self._vectors(run)
+        self.examples = self._vectors(rows)
+        self.similarity: FloatArray = np.asarray(
+            (self.examples @ x.T).toarray(), dtype=np.float64
+        )
+        """examples × run papers."""
+
+    def _vectors(self, docs: list[list[str]]) -> sp.csr_matrix:
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        for r, toks in enumerate(docs):
+            counts = Counter(self.vocab[t] for t in toks if t in self.vocab)
+            if not counts:
+                continue
+            w = {t: (1.0 + math.log(k)) * self.idf[t] for t, k in counts.items()}
+            norm = math.sqrt(sum(v * v for v in w.values()))
+            for t, v in w.items():
+                rows.append(r)
+                cols.append(t)
+                vals.append(v / norm)
+        return sp.csr_matrix((vals, (rows, cols)), shape=(len(docs), len(self.vocab)))
+
+    def rocchio(
+        self, more: Sequence[str], less: Sequence[str]
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Each run paper's cosine with the Rocchio profile ``β·c(more) − γ·c(less)``.
+
+        ``c`` is the centroid of the examples' unit vectors. Returns (the cosine, the part of it
+        that comes from ``more``); papers not among the examples are ignored; None when nothing
+        is left.
+        """
+        pos = [self.keys[k] for k in dict.fromkeys(more) if k in self.keys]
+        neg = [self.keys[k] for k in dict.fromkeys(less) if k in self.keys]
+        if not pos and not neg:
+            return None
+        n_papers = self.similarity.shape[1]
+        weights = np.zeros(len(self.keys))
+        if pos:
+            weights[pos] += ROCCHIO_BETA / len(pos)
+        if neg:
+            weights[neg] -= ROCCHIO_GAMMA / len(neg)
+        used = np.flatnonzero(weights)
+        w = weights[used]
+        e = self.examples[used]
+        gram = np.asarray((e @ e.T).toarray())
+        norm = math.sqrt(max(float(w @ gram @ w), 1e-12))
+        total = (w @ self.similarity[used]) / norm
+        liked = np.zeros(n_papers)
+        if pos:
+            liked = (ROCCHIO_BETA / len(pos)) * self.similarity[pos].sum(axis=0) / norm
+        return np.asarray(total, dtype=np.float64), np.asarray(liked, dtype=np.float64)
+
+    def closest(self, candidates: Sequence[str], paper_index: int) -> str | None:
+        """Of ``candidates`` (example keys), the one most similar to a run paper."""
+        found = [k for k in candidates if k in self.keys]
+        if not found:
+            return None
+        return max(found, key=lambda k: (self.similarity[self.keys[k], paper_index], k))
+
+
 # ---------------------------------------------------------------------------- the run's ranker
 
 
@@ -725,6 +971,8 @@ class Explanation:
     """Only one passing mention: not enough evidence to show the paper."""
     best: float = 0.0
     """The topic's best relevance today; below ``RELATIVE_CUT`` of it a paper is not shown."""
+    like: tuple[str, float] | None = None
+    """(title of the closest ``like:`` example, what likeness to the examples adds)."""
 
     @property
     def shown(self) -> bool:
@@ -740,6 +988,8 @@ class Explanation:
             out.append(f"  {value:6.3f}  {field}: {label}")
         for alias, written in self.expansions:
             out.append(f"          acronym: {alias!r} matched as {written!r}")
+        if self.like:
+            out.append(f"  {self.like[1]:6.3f}  like: {self.like[0]}")
         if self.authors:
             out.append(f"  {AUTHOR_SCORE:6.3f}  by {', '.join(self.authors)}")
         if self.categories:
@@ -765,6 +1015,11 @@ def _within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
     return any(big[i : i + n] == small for i in range(len(big) - n + 1))
 
 
+def _short(title: str, limit: int = 60) -> str:
+    title = " ".join(title.split())
+    return title if len(title) <= limit else title[: limit - 1].rstrip() + "…"
+
+
 def _fmt_count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -778,8 +1033,15 @@ class Ranker:
     """
 
     def __init__(
-        self, topics: Sequence[TopicSettings], papers: Sequence[Paper], now: datetime
+        self,
+        topics: Sequence[TopicSettings],
+        papers: Sequence[Paper],
+        now: datetime,
+        *,
+        examples: Sequence[Paper] = (),
     ) -> None:
+        """``examples``: papers that topics' ``like:`` lists and readers' votes name (they may
+        be older than the run's papers); only they can shape a profile."""
         self.now = now
         self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
         self._order = {t.name: i for i, t in enumerate(topics)}
@@ -792,7 +1054,39 @@ class Ranker:
         self._group_terms = {gid: set(terms) for terms, gid in self.vocab.groups.items()}
         self._term_words = {tid: words for words, tid in self.vocab.terms.items()}
         scores = score_all(self.queries, self.index)
-        relevance = scores / np.maximum(self.index.boost, 1e-12)
+        boost = np.maximum(self.index.boost, 1e-12)
+        relevance = scores / boost
+        self._lexical = relevance.copy()
+        """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
+        self._passes = self._filter_masks()
+        likes = {t.name: tuple(getattr(t, "like", ()) or ()) for t in topics}
+        likes = {name: keys for name, keys in likes.items() if keys}
+        wanted = set().union(*likes.values()) if likes else set()
+        self.space: ProfileSpace | None = None
+        if likes or examples:
+            self.space = ProfileSpace(
+                docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
+            )
+        self._scale: dict[str, float] = {}
+        self._liked: dict[str, FloatArray] = {}
+        for i, topic in enumerate(topics):
+            best = float(relevance[i].max()) if self.index.n_papers else 0.0
+            # A profile's cosine (0..1) is worth up to the day's best keyword match.
+            self._scale[topic.name] = best if best > 0 else 1.0
+            found = (
+                self.space.rocchio(likes[topic.name], ())
+                if self.space is not None and topic.name in likes
+                else None
+            )
+            if found is not None:
+                liked = found[1]
+                part = self._scale[topic.name] * liked * self._passes[i]
+                relevance[i] += part
+                self._liked[topic.name] = part
+                floor = topic.min_score
+                relevance[i] *= relevance[i] >= floor - 1e-9
+        self._relevance = relevance.copy()
+        scores = relevance * boost
         self.best: dict[str, float] = {}
         self.left_out: dict[str, int] = {}
         """Per topic, matches not shown: passing mentions, or far below the day's best."""
@@ -833,6 +1127,67 @@ class Ranker:
         # Readers with the same topics (and the same already-sent papers among them) get the
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
+
+    def _filter_masks(self) -> npt.NDArray[np.bool_]:
+        """topics × papers: passes the topic's ``all``, ``exclude`` and ``categories`` filters.
+
+        What a profile adds to a paper's relevance obeys the same filters as keywords.
+        """
+        q, index = self.queries, self.index
+        ok = np.ones((q.n_rows, index.n_papers), dtype=bool)
+        if not index.n_papers:
+            return ok
+        if q.exclude.nnz:
+            ok &= _dense(q.exclude @ index.presence_t) == 0
+        if q.required.nnz:
+            ok &= _dense(q.required @ index.presence_t) >= q.n_required[:, None]
+        if q.categories.nnz:
+            rows = np.flatnonzero(np.diff(q.categories.indptr))
+            in_cat = _dense(q.categories[rows] @ index.categories_t) > 0
+            ok[rows] &= in_cat | ~index.known_category
+        return ok
+
+    def reader_items(self, topic_name: str, prefs: Sequence[Preference]) -> Iterator[DigestItem]:
+        """A topic's list for one reader whose votes touch it, best first (lazily).
+
+        Rocchio: the topic's relevance plus β·(mean cosine to the papers voted "more") minus
+        γ·(mean cosine to those voted "less"), in units of the topic's best keyword match
+        today; then the same filters, cut and trending as the shared list.
+        """
+        if self.space is None:
+            yield from self._pool_order[topic_name]
+            return
+        mine = [v for v in prefs if v.topic in (None, topic_name)][-MAX_VOTES:]
+        more = [v.paper_key for v in mine if v.value > 0]
+        less = [v.paper_key for v in mine if v.value < 0]
+        found = self.space.rocchio(more, less)
+        if found is None:
+            yield from self._pool_order[topic_name]
+            return
+        i = self._order[topic_name]
+        total, liked = found
+        scale = self._scale[topic_name]
+        passes = self._passes[i]
+        rel = self._relevance[i] + scale * total * passes
+        rel = np.where(rel >= self.topics[topic_name].min_score - 1e-9, rel, 0.0)
+        best = float(rel.max()) if rel.size else 0.0
+        if best <= 0:
+            return
+        keep = (rel > 0) & (rel >= RELATIVE_CUT * best - 1e-9)
+        score = rel * self.index.boost * keep
+        hits = np.flatnonzero(score > 0)
+        papers_t = self.index.papers
+        rounded = {int(j): round(float(score[j]), 6) for j in hits}
+        for j in sorted(rounded, key=lambda j: (-rounded[j], papers_t[j].key)):
+            reason = self.reason(topic_name, j)
+            like_part = scale * float(liked[j])
+            if more and like_part > 0 and like_part >= float(self._lexical[i, j]):
+                key = self.space.closest(more, j)
+                if key is not None:
+                    reason = " · ".join(
+                        x for x in (f"like: {_short(self.space.titles[key])}", reason) if x
+                    )
+            yield DigestItem(papers_t[j], topic_name, rounded[j], reason)
 
     def _position(self, paper: Paper) -> int:
         for j, p in enumerate(self.index.papers):
@@ -908,6 +1263,13 @@ class Ranker:
         relevance = (0.0 if weak else sum(t[2] for t in terms)) + AUTHOR_SCORE * len(authors)
         if self.queries.category_only[i] and cats:
             relevance += CATEGORY_SCORE
+        like: tuple[str, float] | None = None
+        part = float(self._liked[topic_name][j]) if topic_name in self._liked else 0.0
+        if part > 1e-9 and self.space is not None:
+            key = self.space.closest(tuple(getattr(self.topics[topic_name], "like", ())), j)
+            like = (_short(self.space.titles.get(key or "", "")), part)
+            relevance += part
+            weak = False
         return Explanation(
             topic=topic_name,
             relevance=relevance,
@@ -920,6 +1282,7 @@ class Ranker:
             expansions=tuple(expansions),
             weak=weak and not authors,
             best=self.best.get(topic_name, 0.0),
+            like=like,
         )
 
     def reason(self, topic_name: str, paper_index: int) -> str:
@@ -935,6 +1298,9 @@ class Ranker:
             shown.append((field, label))
             if len(shown) == 3:
                 break
+        lexical = ex.relevance - (ex.like[1] if ex.like else 0.0)
+        if ex.like and ex.like[1] >= lexical:
+            parts.append(f"like: {ex.like[0]}")  # there because it resembles the topic's examples
         for field in ("title", "abstract"):
             labels = [label for f, label in shown if f == field]
             if labels:
@@ -961,15 +1327,23 @@ class Ranker:
         exclude_ids: Collection[int] = (),
         max_items: int = 10,
         group_by_topic: bool = True,
+        votes: Sequence[Preference] = (),
     ) -> tuple[TopicSection, ...]:
         """A subscriber's digest: their topics' best papers, none twice, none already sent.
 
         Grouped: a paper wanted by several topics goes to the one where it scores best (while that
         topic has room); each topic shows up to its ``max_items`` (else ``max_items``). Merged: one
-        list of at most ``max_items``, still honouring each topic's own ``max_items``.
+        list of at most ``max_items``, still honouring each topic's own ``max_items``. ``votes``
+        (the reader's "more/less like this") reorder the topics they touch for this reader
+        alone; without votes a reader gets exactly the shared lists.
         """
         names = tuple(n for n in dict.fromkeys(topic_names) if n in self.topics)
         excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
+        if votes and self.space is not None:
+            touched = {n for n in names if any(v.topic in (None, n) for v in votes)}
+            if touched:
+                mine = {n: self.reader_items(n, votes) for n in touched}
+                return self._pick(names, frozenset(excluded), max_items, group_by_topic, mine)
         # The result depends on the exclusions only through the papers these topics can offer.
         pools = [self._pool_ids[n] for n in names]
         relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
@@ -987,13 +1361,17 @@ class Ranker:
         excluded: frozenset[int],
         max_items: int,
         group_by_topic: bool,
+        readers: dict[str, Iterator[DigestItem]] | None = None,
     ) -> tuple[TopicSection, ...]:
         # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
         # yields the same sequence as sorting the whole pool, and stops as soon as every topic
         # is full: a subscriber costs a few dozen items, not every paper their topics match.
         pool = heapq.merge(
             *(
-                ((item.score, item.paper.key, k, item) for item in self._pool_order[name])
+                (
+                    (item.score, item.paper.key, k, item)
+                    for item in (readers or {}).get(name, self._pool_order[name])
+                )
                 for k, name in enumerate(names)
             ),
             key=lambda e: (-e[0], e[1], e[2]),
