@@ -1118,15 +1118,15 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     for key, value in data.items():
         if key == "consent":
             continue
-        shown = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
-        click.echo(f"{key:>10}: {shown}")
+        text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
+        click.echo(strip_controls(f"{key:>10}: {text}"))
     click.echo("   consent:")
     history = consent.get("history") or ([consent] if consent else [])
     if not history:
         click.echo("            (none recorded)")
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
-        click.echo("            " + "  ".join(parts))
+        click.echo(strip_controls("            " + "  ".join(parts)))
 
 
 # ---------------------------------------------------------------------------- worker

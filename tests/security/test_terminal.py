@@ -150,3 +150,21 @@ def test_strip_controls_keeps_the_text_around_sequences() -> None:
     assert strip_controls("\x1b]0;unterminated") == "0;unterminated"  # text is never eaten
     assert strip_controls("Zoë · naïve — ok") == "Zoë · naïve — ok"
     assert one_line_text(" a\n\tb \x1b[2J c ") == "a b c"
+
+
+def test_subscribers_show_prints_an_imported_consent_note_without_escapes(
+    tmp_path: Path, db_url: str, smtp_server: SmtpServer
+) -> None:
+    config = hostile_config(tmp_path, db_url, smtp_server)
+    run(config, "db", "upgrade")
+    rows = tmp_path / "people.csv"
+    rows.write_text(
+        "email,topics,consent\n"
+        'ada@example.org,gpu-kernels,"signed up at the booth \x1b[2J\x1b]8;;http://evil.example/\x07'
+        'see\x1b]8;;\x07 [bold]x[/]"\n',
+        encoding="utf-8",
+    )
+    run(config, "subscribers", "import", str(rows))
+    shown = run(config, "subscribers", "show", "ada@example.org").output
+    assert not CONTROL.search(shown), shown
+    assert "signed up at the booth see [bold]x[/]" in shown
