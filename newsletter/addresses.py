@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from email.headerregistry import Address
 
 from email_validator import EmailNotValidError, validate_email
 
 from newsletter.errors import SubscriberError
 
+_ENCODED_WORD = re.compile(r"=\?.*\?=", re.DOTALL)
+"""An RFC 2047 encoded-word, which a header decoder would turn into other characters."""
+
 
 def normalize_address(value: str) -> str:
     """Validate an address and return its normalized form (IDN domains in their Unicode form).
 
     Raises :class:`SubscriberError` (a ``ValueError`` too, so config validation reports it) when
-    the address is invalid or tries to smuggle header lines.
+    the address is invalid, tries to smuggle header lines, or holds an encoded-word (its header
+    would show a different address than the envelope).
     """
     if any(c in value for c in "\r\n\0"):
         raise InvalidAddress(f"{value!r}: an address cannot contain line breaks")
+    if _ENCODED_WORD.search(value):
+        raise InvalidAddress(
+            f"{value!r}: an address cannot contain an encoded-word (=?charset?q?...?=): mail "
+            "programs would show another address than the one mail goes to; give the address "
+            "as it is written (an international one like reader@bücher.example is fine)"
+        )
     try:
         result = validate_email(value.strip(), check_deliverability=False)
     except EmailNotValidError as e:

@@ -24,6 +24,7 @@ from newsletter.config import Config, load_config
 from newsletter.errors import NewsletterError
 from newsletter.models import SubscriberStatus
 from newsletter.store import Store
+from newsletter.text import strip_controls
 
 console = Console()
 err_console = Console(stderr=True)
@@ -60,9 +61,16 @@ class Context:
         return store
 
 
+def shown(text: object) -> str:
+    """Text from outside (a feed, a subscriber, a server) for a Rich print: escape sequences and
+    control characters removed, ``[markup]`` printed literally."""
+    return escape(strip_controls(str(text)))
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
+    """Print ``error: message`` (as plain text: never markup) to stderr and exit."""
     err_console.print(
-        f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True
+        f"[bold red]error:[/] {shown(message)}", highlight=False, markup=True, soft_wrap=True
     )
     sys.exit(code)
 
@@ -73,7 +81,7 @@ def errors() -> Iterator[None]:
     try:
         yield
     except NewsletterError as e:
-        fail(click.style(str(e), bold=False).replace("[", r"\["))
+        fail(str(e))
 
 
 def seed_subscribers(config: Config, store: Store) -> int:
@@ -302,7 +310,7 @@ def print_fetch_report(report: Any) -> None:
         status = _status(s)
         colour = {"ok": "green", "failed": "red", "partial": "yellow"}.get(status, "cyan")
         table.add_row(
-            s.source,
+            shown(s.source),
             f"[{colour}]{status}[/]",
             str(s.entries),
             str(s.new),
@@ -324,10 +332,10 @@ def print_fetch_report(report: Any) -> None:
     )
     for s in report.sources:
         for error in s.errors:
-            console.print(escape(f"  error in {s.source}: {error}"), style="red", highlight=False)
+            console.print(shown(f"  error in {s.source}: {error}"), style="red", highlight=False)
     for s in report.sources:
         for k in s.skipped:
-            console.print(escape(f"  skipped in {s.source}: {k.what}: {k.reason}"), highlight=False)
+            console.print(shown(f"  skipped in {s.source}: {k.what}: {k.reason}"), highlight=False)
 
 
 # ---------------------------------------------------------------------------- send and preview
@@ -592,7 +600,7 @@ def print_send_report(report: Any) -> None:
             f"Dry run for {dates}: {len(report.rendered)} digest(s) would be sent, {report.empty} empty; nothing was sent or recorded."
         )
         for addr, rendered in report.rendered:
-            console.print(f"  {addr}: {rendered.subject}", highlight=False)
+            console.print(f"  {shown(addr)}: {shown(rendered.subject)}", highlight=False)
         return
     table = Table(title=f"Edition {dates}", title_justify="left")
     table.add_column("subscribers")
@@ -627,7 +635,7 @@ def print_send_report(report: Any) -> None:
         )
     if report.no_listing:
         console.print(
-            f"{report.no_listing} edition(s) skipped: {report.no_listing_reason}; "
+            f"{report.no_listing} edition(s) skipped: {shown(report.no_listing_reason)}; "
             "their papers go out in the next edition.",
             highlight=False,
         )
@@ -640,14 +648,14 @@ def print_send_report(report: Any) -> None:
             f"Today's editions were already sent ({report.already} of {report.considered}); nothing to do."
         )
     for e in report.errors:
-        console.print(f"  failed: {e}", highlight=False)
+        console.print(f"  failed: {shown(e)}", highlight=False)
     if report.more_errors:
         console.print(
             f"  ... and {report.more_errors} more (newsletter status; the ledger has each one)"
         )
     if report.relay_error:
         err_console.print(
-            f"[bold red]error:[/] {report.relay_error}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
+            f"[bold red]error:[/] {shown(report.relay_error)}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
             highlight=False,
         )
 
@@ -693,7 +701,7 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
         out.write_text(rendered.html, encoding="utf-8")
         if text_out is not None:
             text_out.write_text(rendered.text, encoding="utf-8")
-    console.print(f"Subject: {rendered.subject}", highlight=False)
+    console.print(f"Subject: {shown(rendered.subject)}", highlight=False)
     console.print(f"Wrote {out} ({len(digest.items)} papers).")
     if digest.is_empty and obj.config.settings.digest.empty == "skip":
         console.print(
@@ -712,8 +720,6 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
     from datetime import timedelta
-
-    from rich.markup import escape
 
     from newsletter.rank import Ranker
 
@@ -737,16 +743,16 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
             group_by_topic=settings.digest.group_by_topic,
         )
     console.print(
-        f"{escape(sub.email)} ({sub.status.value}): topics {', '.join(sub.topics) or 'none'}; "
+        f"{shown(sub.email)} ({sub.status.value}): topics {shown(', '.join(sub.topics)) or 'none'}; "
         f"{len(papers)} papers from the last {settings.digest.lookback_days} days, "
         f"{len(sent)} already sent to them.",
         highlight=False,
     )
     missing = [t for t in sub.topics if t not in ranker.topics]
     if missing:
-        console.print(f"Topics no longer in the config (ignored): {', '.join(missing)}")
+        console.print(f"Topics no longer in the config (ignored): {shown(', '.join(missing))}")
     for section in sections:
-        console.print(f"\n[bold]{escape(section.title)}[/] ({len(section.items)})", highlight=False)
+        console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.items)})", highlight=False)
         if not section.items:
             console.print("  nothing strong in this topic today")
         left_out = ranker.left_out.get(section.name, 0)
@@ -758,14 +764,14 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
             )
         for n, item in enumerate(section.items, start=1):
             console.print(
-                f"{n:3}. {item.score:8.3f}  {escape(item.paper.key)}  {escape(item.paper.title)}",
+                f"{n:3}. {item.score:8.3f}  {shown(item.paper.key)}  {shown(item.paper.title)}",
                 highlight=False,
             )
-            console.print(f"               {escape(item.reason)}", highlight=False)
+            console.print(f"               {shown(item.reason)}", highlight=False)
             if explain:
-                topic = "" if settings.digest.group_by_topic else f" (topic {item.topic})"
+                topic = "" if settings.digest.group_by_topic else f" (topic {shown(item.topic)})"
                 for line in ranker.explain(item).lines():
-                    console.print(f"               {escape(line)}{topic}", highlight=False)
+                    console.print(f"               {shown(line)}{topic}", highlight=False)
                     topic = ""
 
 
@@ -829,10 +835,13 @@ def subscribers_add(
             consent={"how": "cli", "when": now.isoformat(), "where": "newsletter subscribers add"},
         )
     if created:
-        console.print(f"Added {sub.email} ({', '.join(sub.topics)}).", highlight=False)
+        console.print(
+            f"Added {shown(sub.email)} ({shown(', '.join(sub.topics))}).", highlight=False
+        )
     else:
         console.print(
-            f"{sub.email} is already a subscriber ({sub.status.value}; {', '.join(sub.topics)}).",
+            f"{shown(sub.email)} is already a subscriber "
+            f"({sub.status.value}; {shown(', '.join(sub.topics))}).",
             highlight=False,
         )
 
@@ -903,7 +912,7 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
             table.add_column(col, overflow="fold")
         for s in rows:
             count, answer = failures.get(s.id, (0, None))
-            table.add_row(s.email, str(count), answer or "")
+            table.add_row(shown(s.email), str(count), shown(answer or ""))
         console.print(table)
         console.print(
             "Suppressed addresses get no mail. After fixing the address: "
@@ -914,11 +923,11 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
         table.add_column(col)
     for s in rows:
         table.add_row(
-            s.email,
-            s.name,
+            shown(s.email),
+            shown(s.name),
             s.status.value,
-            ", ".join(s.topics),
-            s.timezone,
+            shown(", ".join(s.topics)),
+            shown(s.timezone),
             s.created.date().isoformat(),
         )
     console.print(table)
@@ -945,7 +954,7 @@ def subscribers_remove(obj: Context, email: str, forget: bool) -> None:
             ok = store.set_status(address, SubscriberStatus.UNSUBSCRIBED, utcnow())
     if not ok:
         fail(f"{address} is not a subscriber")
-    console.print(f"{'Erased' if forget else 'Unsubscribed'} {address}.")
+    console.print(f"{'Erased' if forget else 'Unsubscribed'} {shown(address)}.", highlight=False)
 
 
 CSV_FIELDS = (
@@ -1116,15 +1125,15 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     for key, value in data.items():
         if key == "consent":
             continue
-        shown = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
-        click.echo(f"{key:>10}: {shown}")
+        text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
+        click.echo(strip_controls(f"{key:>10}: {text}"))
     click.echo("   consent:")
     history = consent.get("history") or ([consent] if consent else [])
     if not history:
         click.echo("            (none recorded)")
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
-        click.echo("            " + "  ".join(parts))
+        click.echo(strip_controls("            " + "  ".join(parts)))
 
 
 # ---------------------------------------------------------------------------- worker
@@ -1382,9 +1391,9 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     console.print(f"Editions are checked every {tick} min; next fetches:")
     for name, when in upcoming[:4]:
         console.print(
-            f"  {when.astimezone(UTC):%a %Y-%m-%d %H:%M} UTC  {name}"
+            f"  {when.astimezone(UTC):%a %Y-%m-%d %H:%M} UTC  {shown(name)}"
             if when
-            else f"  never  {name}",
+            else f"  never  {shown(name)}",
             highlight=False,
         )
     table = Table(title="Recent runs", title_justify="left")
@@ -1399,11 +1408,11 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         took = _took(r)
         table.add_row(
             f"{r.started:%Y-%m-%d %H:%M}",
-            r.kind,
-            r.status,
+            shown(r.kind),
+            shown(r.status),
             "" if took is None else f"{took:.1f} s",
-            counts,
-            (r.error or "")[:80],
+            shown(counts),
+            shown((r.error or "")[:80]),
         )
     if runs:
         console.print(table)
@@ -1411,13 +1420,13 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print("No runs yet: 'newsletter fetch' and 'newsletter send --now' record theirs.")
     for source, failures, error in snapshot["failing_sources"]:
         console.print(
-            f"[yellow]source {source}[/] failed {failures} time(s) in a row: {error}",
+            f"[yellow]source {shown(source)}[/] failed {failures} time(s) in a row: {shown(error)}",
             highlight=False,
         )
     if suppressed:
         console.print(
             f"Suppressed addresses ({len(suppressed)}): "
-            + ", ".join(s.email for s in suppressed[:20])
+            + shown(", ".join(s.email for s in suppressed[:20]))
             + (" …" if len(suppressed) > 20 else ""),
             highlight=False,
         )

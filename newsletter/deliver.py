@@ -95,12 +95,13 @@ def build_message(
     """The digest as RFC 5322 bytes, assembled by :mod:`newsletter.mime` (not ``email.message``).
 
     Headers: Subject, From, To, Reply-To (when set), Date, Message-ID, List-Id, List-Unsubscribe
-    (HTTPS + mailto) with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058),
+    (HTTPS, and a ``mailto:`` to ``inbound.address`` when one is set: the address whose
+    ``unsubscribe`` command ``newsletter inbound`` answers) with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058),
     Auto-Submitted, Precedence: bulk, X-Auto-Response-Suppress. Body: multipart/alternative,
     text then HTML, quoted-printable, CRLF. An IDN domain is written in its IDNA form; a
     non-ASCII local part is written as UTF-8 (RFC 6532) and the mailer sends it with SMTPUTF8.
     """
-    s = _sender_fields(settings.sender)
+    s = _sender_fields(settings.sender, settings.inbound.address)
     data, dot_lines = MIME_WRITER.compose(
         DigestMessage(
             subject=rendered.subject,
@@ -132,12 +133,17 @@ class _SenderFields:
     reply_to_address: str | None
     list_id_name: str
     list_id: str
-    unsubscribe_mailto: str
+    unsubscribe_mailto: str | None
 
 
 @functools.lru_cache(maxsize=16)
-def _sender_fields(sender: SenderSettings) -> _SenderFields:
-    """The sender's header fields, parsed once per settings (parsing costs ~0.1 ms a message)."""
+def _sender_fields(sender: SenderSettings, request_address: str | None) -> _SenderFields:
+    """The sender's header fields, parsed once per settings (parsing costs ~0.1 ms a message).
+
+    The ``mailto:`` unsubscribe goes to the request address (``inbound.address``), the one
+    address that answers an ``unsubscribe`` mail; without one there is no mailto (the From
+    address takes no commands).
+    """
     reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
     list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
     m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
@@ -149,7 +155,9 @@ def _sender_fields(sender: SenderSettings) -> _SenderFields:
         reply_to_address=reply_address or None,
         list_id_name=m.group(1) if m else "",
         list_id=m.group(2) if m else list_id,
-        unsubscribe_mailto=f"mailto:{from_address}?subject=unsubscribe",
+        unsubscribe_mailto=f"mailto:{header_address(request_address)}?subject=unsubscribe"
+        if request_address
+        else None,
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
 
+from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import InboundSettings
 from newsletter.errors import NewsletterError
 from newsletter.subscribe import InvalidRequest, Outcome, Subscriptions, parse_command
@@ -49,6 +50,14 @@ def is_automatic(msg: EmailMessage, mail_from: str) -> bool:
     if str(msg.get("Precedence", "")).strip().lower() in ("bulk", "junk", "list"):
         return True
     return bool(msg.get("List-Id") or msg.get("X-Autoreply") or msg.get("X-Autorespond"))
+
+
+def same_address(a: str, b: str) -> bool:
+    """Whether two addresses name the same mailbox: case aside, an IDN domain in either form."""
+    try:
+        return envelope_address(a)[0].lower() == envelope_address(b)[0].lower()
+    except InvalidAddress:
+        return a.lower() == b.lower()
 
 
 def handle_message(
@@ -101,7 +110,7 @@ class InboundHandler:
         self, server: Any, session: Any, envelope: Any, address: str, options: Any
     ) -> str:
         wanted = self.settings.address
-        if wanted is not None and address.lower() != wanted.lower():
+        if wanted is not None and not same_address(address, wanted):
             return f"550 5.1.1 this server only takes mail for {wanted}"
         envelope.rcpt_tos.append(address)
         return "250 OK"

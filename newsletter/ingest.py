@@ -15,10 +15,11 @@ from datetime import datetime
 from newsletter.config import Config, SourceSettings
 from newsletter.models import Paper, PaperData
 from newsletter.sources import PARSERS, arxiv_api
-from newsletter.sources.base import ParseResult, Skipped
+from newsletter.sources.base import ParseResult, Skipped, clean_result
 from newsletter.sources.fetch import Fetcher, FetchError
 from newsletter.store import PaperWrite, SourceState, Store
 from newsletter.store.db import content_hash
+from newsletter.text import strip_controls
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,9 @@ def fetch_source(
         report, etag, last_modified = _fetch_pages(source, location, store, fetcher, now)
     else:
         report, etag, last_modified = _fetch_one(source, location, state, store, fetcher, now)
-    report = replace(report, seconds=time.perf_counter() - started)
+    # Errors quote servers and feeds: no escape sequence reaches the logs, the store or a terminal.
+    errors = tuple(map(strip_controls, report.errors))
+    report = replace(report, errors=errors, seconds=time.perf_counter() - started)
     if report.not_modified:
         store.save_source_state(
             replace(
@@ -285,6 +288,7 @@ def _store_page(
     report: SourceReport, source: SourceSettings, parsed: ParseResult, store: Store, now: datetime
 ) -> SourceReport:
     """Decide and write one parsed page; add its counts to the report."""
+    parsed = clean_result(parsed)  # feed text is normalised here, before anything uses it
     for s in parsed.skipped:
         log.info("source %s: skipped %s: %s", source.name, s.what, s.reason)
     existing = store.papers_by_keys(p.key for p in parsed.papers)
@@ -357,7 +361,9 @@ def run_fetch(
             except Exception as e:  # one source's unexpected failure must not stop the others
                 log.exception("source %s failed unexpectedly", source.name)
                 report = SourceReport(
-                    source.name, source.url, errors=(f"unexpected error: {type(e).__name__}: {e}",)
+                    source.name,
+                    source.url,
+                    errors=(strip_controls(f"unexpected error: {type(e).__name__}: {e}"),),
                 )
             reports.append(report)
             if progress is not None:

@@ -281,7 +281,8 @@ class DigestMessage:
     list_id_name: str
     list_id: str
     unsubscribe_url: str
-    unsubscribe_mailto: str
+    unsubscribe_mailto: str | None
+    """``mailto:`` for List-Unsubscribe, or ``None`` for the HTTPS link only."""
     text: str
     html: str
     reply_to_name: str = ""
@@ -314,7 +315,11 @@ class MimeWriter:
             _list_id_header(m.list_id_name, m.list_id),
             fold(
                 "List-Unsubscribe",
-                [f"<{_url_safe(m.unsubscribe_url)}>", f"<{_url_safe(m.unsubscribe_mailto)}>"],
+                [
+                    f"<{_url_safe(url)}>"
+                    for url in (m.unsubscribe_url, m.unsubscribe_mailto)
+                    if url is not None
+                ],
                 sep=", ",
             ),
             "List-Unsubscribe-Post: List-Unsubscribe=One-Click",

@@ -21,16 +21,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email import policy
 from email.message import EmailMessage
-from email.utils import format_datetime
+from email.utils import format_datetime, parseaddr
 from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from newsletter.addresses import InvalidAddress, format_address, normalize_address
+from newsletter.addresses import (
+    InvalidAddress,
+    envelope_address,
+    format_address,
+    normalize_address,
+)
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, header_safe, make_message_id
 from newsletter.errors import SubscriberError
+from newsletter.mime import header_address
 from newsletter.models import Frequency, Subscriber, SubscriberStatus
 from newsletter.render import make_environment
 from newsletter.signing import DkimSigner, maybe_sign
@@ -416,16 +422,19 @@ class Subscriptions:
         msg = EmailMessage()
         msg["Subject"] = header_safe(subject)
         msg["From"] = format_address(sender.from_name, sender.from_address)
-        msg["To"] = to
+        # The To: the digests write: an IDN domain as xn--, never an encoded-word in an address.
+        msg["To"] = header_address(to)
         if sender.reply_to:
-            msg["Reply-To"] = sender.reply_to
+            msg["Reply-To"] = format_address(*parseaddr(sender.reply_to))
         msg["Date"] = format_datetime(self.now())
         msg["Message-ID"] = make_message_id(sender.message_domain)
         msg["Auto-Submitted"] = "auto-replied" if reply else "auto-generated"
         msg["X-Auto-Response-Suppress"] = "All"
         msg.set_content(body, cte="quoted-printable")
         recipient = self.settings.smtp.dev_recipient or to
-        data = msg.as_bytes(policy=policy.SMTP)
+        # A non-ASCII local part has no ASCII form: UTF-8 headers (RFC 6532), sent with SMTPUTF8.
+        utf8 = envelope_address(to)[1]
+        data = msg.as_bytes(policy=policy.SMTPUTF8 if utf8 else policy.SMTP)
         envelope = Envelope(sender.from_address, recipient, data, str(msg["Message-ID"]))
         return maybe_sign(self.signer, envelope)
 

@@ -1,7 +1,9 @@
-"""Words as the ranker sees them: tokenizer, light stemmer, phrases and acronym pairs.
+"""Text from outside: made safe to store and print, and words as the ranker sees them.
 
-Shared by config validation (a keyword must have words to match) and ranking, so validating a
-config does not import the scorer.
+* :func:`strip_controls` and :func:`one_line_text` make untrusted text (feeds, names) safe to
+  store, log and print: no terminal escape sequence, no control character.
+* The rest is shared by config validation (a keyword must have words to match) and ranking, so
+  validating a config does not import the scorer.
 
 * :func:`tokenize` folds case, accents and possessives, splits on punctuation and hyphens and
   stems each word with :func:`stem`, a light stemmer: plurals (Harman's S-stemmer), the
@@ -23,6 +25,36 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from functools import lru_cache
+
+# Terminal control sequences go whole, so that only their visible text stays: CSI (``ESC [`` or
+# ``\x9b``, parameters, one final byte), and the string commands OSC, DCS, SOS, PM, APC (``ESC ]``
+# and the like, or their C1 forms) up to BEL or ST, then any other escape (``ESC`` + a byte).
+_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[ -/]*[0-~]?"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal escape sequences and C0/C1 control characters.
+
+    Tab and newline stay; a CR becomes a newline (alone it would overwrite a terminal line). An
+    OSC 8 hyperlink keeps its label, a colour sequence disappears, a lone control is dropped.
+    """
+    if text.isprintable():
+        return text
+    text = _SEQUENCE.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _CONTROL.sub("", text)
+
+
+def one_line_text(text: str) -> str:
+    """:func:`strip_controls`, then whitespace (tab, newline) collapsed: for one-line fields."""
+    return " ".join(strip_controls(text).split())
+
+
+# ---------------------------------------------------------------------------- words
 
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
 _TOKEN = re.compile(r"[^\W_]+")

@@ -173,6 +173,7 @@ def settings(**digest: Any) -> Settings:
                 "postal_address": "Trending Papers, 1 Example Street, 10115 Berlin, Germany",
                 "base_url": "https://papers.example.org",
             },
+            "inbound": {"address": "papers-request@papers.example.org"},
             "digest": digest,
         }
     )
@@ -203,8 +204,9 @@ def email_message_bytes(
     msg["Message-ID"] = message_id
     list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
     msg["List-Id"] = header_safe(list_id)
-    msg["List-Unsubscribe"] = (
-        f"<{links.unsubscribe}>, <mailto:{sender.from_address}?subject=unsubscribe>"
+    request = settings.inbound.address
+    msg["List-Unsubscribe"] = f"<{links.unsubscribe}>" + (
+        f", <mailto:{request}?subject=unsubscribe>" if request else ""
     )
     msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
     msg["Auto-Submitted"] = "auto-generated"

@@ -131,7 +131,7 @@ def test_every_header_and_both_bodies_parse_back() -> None:
     assert msg["Message-ID"] == MID
     assert msg["List-Id"] == "Trending papers <digest.papers.example.org>"
     assert msg["List-Unsubscribe"] == (
-        f"<{D.links().unsubscribe}>, <mailto:digest@papers.example.org?subject=unsubscribe>"
+        f"<{D.links().unsubscribe}>, <mailto:papers-request@papers.example.org?subject=unsubscribe>"
     )
     assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert msg["Auto-Submitted"] == "auto-generated"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from calendar import timegm
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from time import struct_time
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 import feedparser
 
 from newsletter.models import PaperData
+from newsletter.text import one_line_text, strip_controls
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,36 @@ _WS = re.compile(r"\s+")
 def clean_text(text: str | None) -> str:
     """Collapse whitespace (including CR/LF) to single spaces."""
     return _WS.sub(" ", text or "").strip()
+
+
+def clean_paper(paper: PaperData) -> PaperData:
+    """A paper as it may be stored: no control character or escape sequence in any text field."""
+    return replace(
+        paper,
+        key=one_line_text(paper.key),
+        title=one_line_text(paper.title),
+        abstract=one_line_text(paper.abstract),
+        authors=tuple(a for a in map(one_line_text, paper.authors) if a),
+        categories=tuple(c for c in map(one_line_text, paper.categories) if c),
+        url=one_line_text(paper.url),
+        pdf_url=one_line_text(paper.pdf_url) if paper.pdf_url else paper.pdf_url,
+        code_url=one_line_text(paper.code_url) if paper.code_url else paper.code_url,
+    )
+
+
+def clean_result(result: ParseResult) -> ParseResult:
+    """A parse result with :func:`clean_paper` papers and control-free skip reasons and problems.
+
+    The one place feed text is normalised before ingest stores, logs or prints it.
+    """
+    return replace(
+        result,
+        papers=tuple(map(clean_paper, result.papers)),
+        skipped=tuple(
+            Skipped(one_line_text(s.what), one_line_text(s.reason)) for s in result.skipped
+        ),
+        problems=tuple(map(strip_controls, result.problems)),
+    )
 
 
 def struct_to_datetime(value: struct_time | None) -> datetime | None:
