@@ -57,9 +57,7 @@ def simulate() -> list[DayTwo]:
         shown = [i.paper.key for i in first.ranked[topic.name][:K]]
         votes = [Preference(k, 1 if g.get(k, 0) == 2 else -1) for k in shown if g.get(k, 0) != 1]
         second = Ranker(topics, two, NOW, examples=one)
-        without = [
-            i.paper.key for s in second.sections([topic.name], max_items=K) for i in s.items
-        ]
+        without = [i.paper.key for s in second.sections([topic.name], max_items=K) for i in s.items]
         with_votes = [
             i.paper.key
             for s in second.sections([topic.name], max_items=K, votes=votes)
