@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from newsletter.models import Paper
 from newsletter.rank import Preference, Ranker
-from tests.ranking.evaluate import K, NOW, load_grades, load_pool, load_topics, ndcg, precision
+from tests.ranking.evaluate import NOW, K, load_grades, load_pool, load_topics, ndcg, precision
 
 
 @dataclass(frozen=True)
