@@ -341,6 +341,8 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
         )
 
         def group(g: Group, own: frozenset[int] = own) -> int:
+            if not any(v.variant_terms(a) for a in g):
+                return v.group(g)  # no acronym variants: nothing can count twice
             return v.group(g, taken=own - {t for a in g for t in v.alias_terms(a)})
 
         row_groups.append(tuple(group(g) for g in (*rule.keywords, *rule.required)))
@@ -414,6 +416,7 @@ def recency_factor(paper: Paper, now: datetime) -> float:
 class Documents:
     """The run's papers as token lists, each paper's own acronyms read as their long forms."""
 
+    papers: tuple[Paper, ...]
     titles: tuple[list[str], ...]
     abstracts: tuple[list[str], ...]
     learned: dict[str, Counter[tuple[Tokens, str]]]
@@ -431,7 +434,7 @@ class Documents:
             for key, (_, long) in found.items():
                 toks = tuple(tokenize(long))
                 learned.setdefault(key, Counter())[(toks, " ".join(long.split()))] += 1
-        return cls(tuple(titles), tuple(abstracts), learned)
+        return cls(tuple(papers), tuple(titles), tuple(abstracts), learned)
 
 
 class PaperIndex:
@@ -571,16 +574,25 @@ def _dense(m: Any) -> FloatArray:
     return np.asarray(m.toarray() if sp.issparse(m) else m, dtype=np.float64)
 
 
-def score_block(q: Queries, index: PaperIndex, start: int, stop: int) -> FloatArray:
+def score_block(
+    q: Queries,
+    index: PaperIndex,
+    start: int,
+    stop: int,
+    extra: FloatArray | None = None,
+) -> FloatArray:
     """Final scores (relevance × trending × recency, 0 = no match) for rows ``start:stop``.
 
     A keyword match counts only with enough evidence (``MIN_EVIDENCE``): one single word
-    mentioned once in an abstract, and nothing else, is not a match.
+    mentioned once in an abstract, and nothing else, is not a match. ``extra`` (rows × papers)
+    is relevance from elsewhere (a reader's profile), added before the filters apply.
     """
     scoring = q.scoring[start:stop]
     scores = _dense(scoring @ index.boosted_t)
     if scoring.nnz:
         scores *= _dense(scoring @ index.evidence_t) >= MIN_EVIDENCE
+    if extra is not None:
+        scores += extra * index.boost
     authors = q.authors[start:stop]
     if authors.nnz:
         hits = _dense(authors @ index.authors_t)
@@ -671,20 +683,23 @@ def top_n(
     block: int = 1000,
     exclude: sp.csr_matrix | None = None,
     threads: int | None = None,
+    profiles: ProfileRows | None = None,
 ) -> TopN:
     """Each row's best ``n`` papers, computed ``block`` rows at a time (bounded memory).
 
     ``exclude`` (rows × papers, nonzero = already sent) removes papers per row. Ties break by
     paper order, so the result is deterministic. Blocks run on ``threads`` threads (default: one
     per core, at most 4): the sparse products and sorts release the GIL, and each block writes
-    its own rows, so the result does not depend on the thread count.
+    its own rows, so the result does not depend on the thread count. ``profiles`` adds each
+    row's Rocchio profile (readers' votes) to its relevance.
     """
     ids = np.full((q.n_rows, n), -1, dtype=np.int64)
     vals = np.zeros((q.n_rows, n))
 
     def run(start: int) -> None:
         stop = min(q.n_rows, start + block)
-        scores = score_block(q, index, start, stop)
+        extra = profiles.relevance(start, stop) if profiles is not None else None
+        scores = score_block(q, index, start, stop, extra)
         if exclude is not None:
             sent = exclude[start:stop].tocoo()
             scores[sent.row, sent.col] = 0.0
@@ -855,7 +870,8 @@ class Preference:
 def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
     """A paper as the profile space sees it: the title counted twice, stop words out."""
     stop = STOPWORDS
-    return [t for t in (*title, *title, *abstract) if t not in stop and len(t) > 1]
+    kept = [t for t in title if t not in stop and len(t) > 1]
+    return kept + kept + [t for t in abstract if t not in stop and len(t) > 1]
 
 
 class ProfileSpace:
@@ -870,45 +886,64 @@ class ProfileSpace:
     def __init__(self, docs: Documents, examples: Sequence[Paper]) -> None:
         run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
         vocab: dict[str, int] = {}
-        df: Counter[int] = Counter()
         for toks in run:
-            ids = {vocab.setdefault(t, len(vocab)) for t in toks}
-            df.update(ids)
-        n = len(run)
-        self.idf = np.ones(len(vocab))
-        for tid, k in df.items():
-            self.idf[tid] = math.log((1 + n) / (1 + k)) + 1.0
+            for t in toks:
+                if t not in vocab:
+                    vocab[t] = len(vocab)
         self.vocab = vocab
+        n = len(run)
+        counts = self._counts(run)
+        df = np.bincount(counts.indices, minlength=len(vocab)).astype(np.float64)
+        self.idf: FloatArray = np.log((1 + n) / (1 + df)) + 1.0
         self.keys: dict[str, int] = {}
         rows: list[list[str]] = []
+        known = {p.key: (docs.titles[i], docs.abstracts[i]) for i, p in enumerate(docs.papers)}
         for paper in examples:
             if paper.key not in self.keys:
-                (title, abstract), _ = read_defined(paper.title, paper.abstract)
+                if paper.key in known:
+                    title, abstract = known[paper.key]
+                else:
+                    (title, abstract), _ = read_defined(paper.title, paper.abstract)
                 self.keys[paper.key] = len(rows)
                 rows.append(_profile_tokens(title, abstract))
         self.titles = {p.key: p.title for p in examples}
-        x = self._vectors(run)
-        self.examples = self._vectors(rows)
-        self.similarity: FloatArray = np.asarray(
-            (self.examples @ x.T).toarray(), dtype=np.float64
-        )
+        x = self._weigh(counts)
+        self.run_vectors: sp.csr_matrix = x
+        """run papers × vocabulary, unit rows."""
+        self.examples = self._weigh(self._counts(rows))
+        self.similarity: FloatArray = np.asarray((self.examples @ x.T).toarray(), dtype=np.float64)
         """examples × run papers."""
 
-    def _vectors(self, docs: list[list[str]]) -> sp.csr_matrix:
-        rows: list[int] = []
+    def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
+        """docs × vocabulary term counts (words outside the vocabulary are left out)."""
+        vocab = self.vocab
+        indptr = [0]
         cols: list[int] = []
-        vals: list[float] = []
-        for r, toks in enumerate(docs):
-            counts = Counter(self.vocab[t] for t in toks if t in self.vocab)
-            if not counts:
-                continue
-            w = {t: (1.0 + math.log(k)) * self.idf[t] for t, k in counts.items()}
-            norm = math.sqrt(sum(v * v for v in w.values()))
-            for t, v in w.items():
-                rows.append(r)
-                cols.append(t)
-                vals.append(v / norm)
-        return sp.csr_matrix((vals, (rows, cols)), shape=(len(docs), len(self.vocab)))
+        for toks in docs:
+            cols.extend(vocab[t] for t in toks if t in vocab)
+            indptr.append(len(cols))
+        m = sp.csr_matrix(
+            (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), np.asarray(indptr)),
+            shape=(len(docs), len(vocab)),
+        )
+        m.sum_duplicates()
+        return m
+
+    def _weigh(self, counts: sp.csr_matrix) -> sp.csr_matrix:
+        """Sublinear tf × idf, rows scaled to unit length."""
+        m = counts.copy()
+        m.data = (1.0 + np.log(m.data)) * self.idf[m.indices]
+        norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
+        return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ m)
+
+    @property
+    def gram(self) -> FloatArray:
+        """examples × examples cosines (computed once, on first use)."""
+        cached: FloatArray | None = self.__dict__.get("_gram")
+        if cached is None:
+            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
+            self.__dict__["_gram"] = cached
+        return cached
 
     def rocchio(
         self, more: Sequence[str], less: Sequence[str]
@@ -946,6 +981,69 @@ class ProfileSpace:
         if not found:
             return None
         return max(found, key=lambda k: (self.similarity[self.keys[k], paper_index], k))
+
+
+@dataclass(frozen=True)
+class ProfileRows:
+    """Rocchio profiles for the rows of :func:`top_n`, as weights over a space's examples.
+
+    Row ``r``'s profile relevance for paper ``p`` is ``scale[r] · cos(p, q_r)`` with
+    ``q_r = Σ weights[r, e] · example_e``: the same formula as :meth:`Ranker.reader_items`,
+    for many readers at once (a sparse rows × examples product with the examples × papers
+    similarities, a block of rows at a time).
+    """
+
+    space: ProfileSpace
+    weights: sp.csr_matrix
+    scale: FloatArray
+
+    @classmethod
+    def build(
+        cls,
+        space: ProfileSpace,
+        rows: int,
+        prefs: dict[int, Sequence[Preference]],
+        scale: FloatArray | float = 1.0,
+    ) -> ProfileRows:
+        """Profiles from each row's preferences (latest ``MAX_VOTES``); rows without are zero."""
+        r_idx: list[int] = []
+        c_idx: list[int] = []
+        vals: list[float] = []
+        for row, mine in prefs.items():
+            mine = list(mine)[-MAX_VOTES:]
+            pos = list(
+                dict.fromkeys(
+                    v.paper_key for v in mine if v.value > 0 and v.paper_key in space.keys
+                )
+            )
+            neg = list(
+                dict.fromkeys(
+                    v.paper_key for v in mine if v.value < 0 and v.paper_key in space.keys
+                )
+            )
+            for keys, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
+                for k in keys:
+                    r_idx.append(row)
+                    c_idx.append(space.keys[k])
+                    vals.append(weight / len(keys))
+        weights = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(rows, len(space.keys)))
+        weights.sum_duplicates()
+        scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
+        return cls(space, weights, scales)
+
+    def relevance(self, start: int, stop: int) -> FloatArray | None:
+        """rows ``start:stop`` × papers: the profile's share of relevance (None: no profiles)."""
+        w = self.weights[start:stop]
+        if not w.nnz:
+            return None
+        out = np.zeros((stop - start, self.space.similarity.shape[1]))
+        rows = np.flatnonzero(np.diff(w.indptr))
+        wr = w[rows]
+        dots = _dense(wr @ self.space.similarity)
+        norm2 = np.asarray(wr.multiply(_dense(wr @ self.space.gram)).sum(axis=1)).ravel()
+        norm = np.sqrt(np.maximum(norm2, 1e-12))
+        out[rows] = self.scale[start:stop][rows, None] * dots / norm[:, None]
+        return out
 
 
 # ---------------------------------------------------------------------------- the run's ranker

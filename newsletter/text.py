@@ -253,7 +253,7 @@ def definitions(text: str) -> Iterator[tuple[str, str, int, int]]:
         sf = _short_form(m.group(1))
         if sf is None:
             continue
-        before = _WORDS.findall(text[: m.start()])
+        before = _WORDS.findall(text[max(0, m.start() - 400) : m.start()])
         n = min(len(sf) + 5, 2 * len(sf))
         candidates = before[-n:]
         # The long form stops at a clause boundary.
