@@ -175,9 +175,11 @@ def test_bm25_baseline_by_hand() -> None:
 
 # ---------------------------------------------------------------------------- the floor
 
-# Mean nDCG@10 of the ranker as of 2026-11-25 (commit 403a7b1's newsletter/rank.py): 0.908
-# (BM25 baseline 0.914). The floor is that minus 0.02; raise it when the ranker improves.
-NDCG_FLOOR = 0.888
+# Mean nDCG@10 of the ranker as of 2026-11-25 (commit baf277a's newsletter/rank.py) on the
+# 236-paper pool with the near-misses and reworded papers: 0.789 (BM25 baseline 0.774; on the
+# earlier, easier 176-paper pool both scored about 0.91). The floor is that minus 0.02; raise it
+# when the ranker improves.
+NDCG_FLOOR = 0.769
 
 
 @pytest.fixture(scope="module")
