@@ -19,7 +19,15 @@ from tests.ranking import evaluate as ev
 DATA: dict[str, Any] = ev.judged_data()
 GRADES = ev.load_grades(DATA)
 TRAPS: dict[str, dict[str, list[str]]] = DATA["traps"]
-TRAP_KINDS = {"generic-word", "acronym", "vocabulary", "inflection", "upvoted-weak", "zero-upvote"}
+TRAP_KINDS = {
+    "generic-word",
+    "acronym",
+    "vocabulary",
+    "inflection",
+    "upvoted-weak",
+    "zero-upvote",
+    "near-miss",
+}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +45,7 @@ def by_key(pool: list[Paper]) -> dict[str, Paper]:
 
 def test_the_pool_holds_the_fixtures_and_the_written_papers(pool: list[Paper]) -> None:
     written = yaml.safe_load(ev.PAPERS_FILE.read_text())["papers"]
-    assert len(pool) == 46 + len(written) >= 150
+    assert len(pool) == 46 + len(written) >= 230
     assert len({p.key for p in pool}) == len({p.id for p in pool}) == len(pool)
     for p in written:
         assert set(p) == {
@@ -56,7 +64,7 @@ def test_the_pool_holds_the_fixtures_and_the_written_papers(pool: list[Paper]) -
             s in ("hf-daily",) or s.startswith("arxiv-") for s in p["sources"]
         )
         assert ("hf-daily" in p["sources"]) == (p["upvotes"] is not None), p["key"]
-        assert 50 <= len(p["abstract"].split()) <= 180, p["key"]
+        assert 80 <= len(p["abstract"].split()) <= 180, p["key"]
 
 
 def test_every_topic_parses_and_is_judged() -> None:
@@ -85,7 +93,8 @@ def test_every_topic_has_traps_consistent_with_their_grades(by_key: dict[str, Pa
         assert set(kinds) <= TRAP_KINDS, topic
         assert {"generic-word", "zero-upvote"} <= set(kinds), topic
         assert {"acronym", "vocabulary"} & set(kinds), topic
-        for key in kinds.get("generic-word", []):
+        assert len(kinds.get("near-miss", [])) >= 3, topic
+        for key in kinds.get("generic-word", []) + kinds.get("near-miss", []):
             assert grades.get(key, 0) <= 1, (topic, key)
         for kind in ("acronym", "vocabulary", "inflection"):
             for key in kinds.get(kind, []):
@@ -166,9 +175,11 @@ def test_bm25_baseline_by_hand() -> None:
 
 # ---------------------------------------------------------------------------- the floor
 
-# Mean nDCG@10 of the ranker as of 2026-11-25 (commit 403a7b1's newsletter/rank.py): 0.908
-# (BM25 baseline 0.914). The floor is that minus 0.02; raise it when the ranker improves.
-NDCG_FLOOR = 0.888
+# Mean nDCG@10 of the ranker as of 2026-11-25 (commit baf277a's newsletter/rank.py) on the
+# 236-paper pool with the near-misses and reworded papers: 0.789 (BM25 baseline 0.774; on the
+# earlier, easier 176-paper pool both scored about 0.91). The floor is that minus 0.02; raise it
+# when the ranker improves.
+NDCG_FLOOR = 0.769
 
 
 @pytest.fixture(scope="module")
