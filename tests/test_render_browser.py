@@ -1,9 +1,11 @@
 """The digest as a reader sees it: headless Chromium (Debian's package, driven by Playwright).
 
 At desktop width (1200px) and phone width (375px): no horizontal scroll on the phone, every
-card on screen with a real size, dark mode switching the palette. Screenshots are written to
-the test's temporary folder; with ``NEWSLETTER_SCREENSHOTS=docs/screenshots`` they also go
-there (that is how the PNGs in the README are made).
+card on screen with a real size, dark mode switching the palette. The README's screenshots are
+of the digest that `newsletter demo` really ranks and sends (Grace's: GPU kernels and LLM
+serving); they are written to the test's temporary folder, and with
+``NEWSLETTER_SCREENSHOTS=docs/screenshots`` also there (that is how the PNGs in the README are
+made).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ CARDS = """() => Array.from(document.querySelectorAll('td.card')).map(e => {
 def test_the_digest_fits_desktop_and_phone_and_has_a_dark_mode(html: str, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    dirs = shots_dir(tmp_path)
+    dirs = [tmp_path]  # layout checks on a made-up worst case; the README's come from the demo
     cards_expected = len(showcase().items)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
@@ -119,6 +121,61 @@ def test_the_digest_fits_desktop_and_phone_and_has_a_dark_mode(html: str, tmp_pa
             page.set_content(html)
             bg = page.eval_on_selector("table.sheet", "e => getComputedStyle(e).backgroundColor")
             assert bg == "rgb(255, 255, 255)"
+        finally:
+            browser.close()
+    for d in dirs:
+        for name in ("digest-desktop.png", "digest-phone.png", "digest-dark.png"):
+            assert (d / name).stat().st_size > 10_000
+
+
+def test_the_readme_screenshots_are_the_digest_the_demo_ranks(tmp_path: Path) -> None:
+    import re
+    import shutil
+
+    from click.testing import CliRunner
+    from playwright.sync_api import sync_playwright
+
+    from newsletter.cli import cli
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "config", tmp_path / "config")
+    config = str(tmp_path / "config" / "demo.yaml")
+    ranked = CliRunner().invoke(cli, ["--config", config, "db", "upgrade"])
+    assert ranked.exit_code == 0, ranked.output
+    assert CliRunner().invoke(cli, ["--config", config, "fetch"]).exit_code == 0
+    ranked = CliRunner().invoke(cli, ["--config", config, "rank", "--to", "grace@example.org"])
+    assert ranked.exit_code == 0, ranked.output
+    keys = re.findall(r"^\s*\d+\.\s+[\d.]+\s+(\S+)", ranked.output, re.MULTILINE)
+    assert len(keys) >= 8
+    var = tmp_path / "var"
+    sent = CliRunner().invoke(cli, ["--config", config, "demo", "--dir", str(var)])
+    assert sent.exit_code == 0, sent.output
+    page_html = (var / "html" / "grace-example-org.html").read_text()
+    # The picture is the ranker's digest: the same papers, in the same order.
+    shown = re.findall(
+        r'href="https?://arxiv\.org/abs/([0-9.]+?)(?:v\d+)?"[^>]*class="title"', page_html
+    )
+    shown = shown or re.findall(
+        r'class="title" href="https?://arxiv\.org/abs/([0-9.]+?)(?:v\d+)?"', page_html
+    )
+    assert shown == keys, (shown, keys)
+
+    dirs = shots_dir(tmp_path / "shots")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        try:
+            for name, viewport, scheme in (
+                ("digest-desktop.png", {"width": 1200, "height": 1500}, "light"),
+                ("digest-phone.png", {"width": 375, "height": 1400}, "light"),
+                ("digest-dark.png", {"width": 1200, "height": 1500}, "dark"),
+            ):
+                page = browser.new_page(viewport=viewport, is_mobile=viewport["width"] < 600)
+                page.emulate_media(color_scheme=scheme)  # type: ignore[arg-type]
+                page.set_content(page_html)
+                assert len(page.evaluate(CARDS)) == len(keys)
+                for d in dirs:
+                    page.screenshot(path=str(d / name))
+                page.close()
         finally:
             browser.close()
     for d in dirs:
