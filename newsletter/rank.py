@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -858,6 +858,17 @@ STOPWORDS = frozenset(
 """Words that say nothing about a paper's subject, left out of the profile vectors."""
 
 
+class Vote(Protocol):
+    """What the ranker reads of a vote (``models.Vote`` from the store is one)."""
+
+    @property
+    def paper_key(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    @property
+    def topic(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Preference:
     """One "more like this" (+1) or "less like this" (-1) for a paper, in a topic or in all."""
@@ -1002,7 +1013,7 @@ class ProfileRows:
         cls,
         space: ProfileSpace,
         rows: int,
-        prefs: dict[int, Sequence[Preference]],
+        prefs: dict[int, Sequence[Vote]],
         scale: FloatArray | float = 1.0,
     ) -> ProfileRows:
         """Profiles from each row's preferences (latest ``MAX_VOTES``); rows without are zero."""
@@ -1245,7 +1256,7 @@ class Ranker:
             ok[rows] &= in_cat | ~index.known_category
         return ok
 
-    def reader_items(self, topic_name: str, prefs: Sequence[Preference]) -> Iterator[DigestItem]:
+    def reader_items(self, topic_name: str, prefs: Sequence[Vote]) -> Iterator[DigestItem]:
         """A topic's list for one reader whose votes touch it, best first (lazily).
 
         Rocchio: the topic's relevance plus β·(mean cosine to the papers voted "more") minus
@@ -1425,7 +1436,7 @@ class Ranker:
         exclude_ids: Collection[int] = (),
         max_items: int = 10,
         group_by_topic: bool = True,
-        votes: Sequence[Preference] = (),
+        votes: Sequence[Vote] = (),
     ) -> tuple[TopicSection, ...]:
         """A subscriber's digest: their topics' best papers, none twice, none already sent.
 
