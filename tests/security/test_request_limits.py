@@ -66,10 +66,13 @@ def request_head(path: str, port: int, headers: dict[str, str]) -> bytes:
 
 
 def read_status(sock: socket.socket) -> tuple[int, bytes]:
-    """The status code and whatever else of the answer has arrived (headers and body)."""
+    """The status code and the whole answer (the server closes the connection after a 413)."""
     data = b""
-    while b"\r\n\r\n" not in data:
-        got = sock.recv(65536)
+    while True:
+        try:
+            got = sock.recv(65536)
+        except ConnectionResetError:
+            break
         if not got:
             break
         data += got
