@@ -92,7 +92,7 @@ def write_config(tmp: Path, port: int, db: Path) -> Path:
             "base_url": "https://papers.example.org",
         },
         "smtp": {"host": "127.0.0.1", "port": port, "pool_size": POOL, "timeout": 30},
-        "web": {"secret_key": "bench-deliver"},
+        "web": {"secret_key": "bench-deliver-secret-0123456789abcd"},
         "schedule": {"no_listing": "send"},
         "digest": {"empty": "send"},
         "sources": [

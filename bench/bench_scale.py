@@ -115,7 +115,7 @@ def config_data(db_url: str, sink_port: int, topic_list: list[dict[str, Any]]) -
         },
         "smtp": {"host": "127.0.0.1", "port": sink_port, "pool_size": POOL},
         "topics": topic_list,
-        "web": {"secret_key": "b" * 48},
+        "web": {"secret_key": "bench-scale-secret-0123456789abcdefgh"},
         "schedule": {"no_listing": "send"},
     }
 

@@ -1220,6 +1220,7 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
     """
     with errors():
         config = obj.config
+        config.secret_key()  # refuse to start without a strong link-signing key
         store = obj.store()
         web = config.settings.web
         console.print(

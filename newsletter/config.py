@@ -10,6 +10,7 @@ overrides ``workers.broker_url``, and the SMTP password is read from the variabl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -45,6 +46,30 @@ def _check_timezone(value: str) -> str:
             f"unknown timezone {value!r} (use an IANA name like 'Europe/Berlin')"
         ) from e
     return value
+
+
+#: The shortest link-signing key accepted, in characters (a generated key has 64).
+MIN_SECRET_KEY_LENGTH = 32
+#: A key with fewer different characters than this is a placeholder ("xxxx…"), not a secret.
+MIN_SECRET_KEY_DISTINCT = 10
+MAKE_SECRET_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(48))"'  # noqa: S105 - a command
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why ``key`` may not sign links (empty, short, a placeholder), or ``None`` when it may."""
+    if not key:
+        return f"the secret key is empty; make one with: {MAKE_SECRET_KEY}"
+    if len(key) < MIN_SECRET_KEY_LENGTH:
+        return (
+            f"the secret key is {len(key)} characters, fewer than {MIN_SECRET_KEY_LENGTH}; "
+            f"make one with: {MAKE_SECRET_KEY}"
+        )
+    if len(set(key)) < MIN_SECRET_KEY_DISTINCT:
+        return (
+            f"the secret key has only {len(set(key))} different characters (a placeholder?); "
+            f"make one with: {MAKE_SECRET_KEY}"
+        )
+    return None
 
 
 def _check_address(value: str) -> str:
@@ -460,6 +485,18 @@ class WebSettings(_Strict):
     rate_limit: RateLimitSettings = Field(default_factory=lambda: RateLimitSettings())
     admin_token_env: str = "NEWSLETTER_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
     """The admin endpoint (POST /admin/send) is enabled when this variable holds a token."""
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """The largest request body the web app reads (forms, JSON); a larger one is answered 413."""
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_key(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = secret_key_problem(value.strip())
+        if problem is not None:
+            raise ValueError(f"{problem} (better: set it in the environment variable)")
+        return value.strip()
 
     def admin_token(self) -> str | None:
         return os.environ.get(self.admin_token_env) or None
@@ -650,34 +687,67 @@ class Config:
         return str((self.base_dir / location).resolve())
 
     def secret_key(self) -> str:
-        """The key that signs links: environment, else config, else a generated key file."""
+        """The key that signs links: environment, else config, else a generated key file.
+
+        Raises :class:`ConfigError` rather than return an empty, short or placeholder key.
+        """
         web = self.settings.web
-        key = os.environ.get(web.secret_key_env) or web.secret_key
-        if key:
-            return key
+        env = os.environ.get(web.secret_key_env)
+        if env is not None:  # set but empty is a mistake, not a request for the key file
+            return self._strong(env.strip(), f"${web.secret_key_env}")
+        if web.secret_key:
+            return self._strong(web.secret_key, "web.secret_key")
         path = self.base_dir / web.secret_key_file
         try:
             if not path.exists():
-                import secrets
-
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secrets.token_urlsafe(48))
-            return path.read_text().strip()
-        except FileExistsError:
-            return path.read_text().strip()
-        except OSError as e:
+                _create_key_file(path)
+            key = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
             raise ConfigError(
                 str(self.path),
                 [
-                    f"{self.path}: web: no secret key: set ${web.secret_key_env}, or make {path} writable ({e.strerror})"
+                    f"{self.path}: web: no secret key: set ${web.secret_key_env}, or make "
+                    f"{path} writable ({why})"
                 ],
             ) from e
+        return self._strong(
+            key, f"{path} (delete the file to have a new key generated, or write one)"
+        )
+
+    def _strong(self, key: str, where: str) -> str:
+        problem = secret_key_problem(key)
+        if problem is not None:
+            raise ConfigError(str(self.path), [f"{self.path}: web: {where}: {problem}"])
+        return key
 
     def templates_dir(self) -> Path | None:
         d = self.settings.digest.templates_dir
         return None if d is None else (self.base_dir / d).resolve()
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new random key to ``path`` unless another process got there first.
+
+    The key goes to a temporary file (mode 0600) in the same folder, which is then hard-linked
+    to ``path``: the link appears complete or not at all and never replaces an existing file,
+    so processes racing to create the key all end up reading the one that won.
+    """
+    import secrets
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secrets.token_urlsafe(48) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # FileExistsError: another process wrote the key first; everyone uses theirs.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 # ---------------------------------------------------------------------------- loading

@@ -29,7 +29,10 @@ def run(config: Path, *args: str) -> Result:
 
 @pytest.fixture
 def config_path(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Path:
-    path = write_config(tmp_path, base_config(db_url, smtp_server, web={"secret_key": "t"}))
+    path = write_config(
+        tmp_path,
+        base_config(db_url, smtp_server, web={"secret_key": "addresses-test-secret-0123456789ab"}),
+    )
     assert run(path, "db", "upgrade").exit_code == 0
     return path
 
@@ -111,7 +114,12 @@ def test_idn_domain_and_long_unicode_name_are_delivered_and_decode_back(
     tmp_path: Path, db_url: str, smtp_server: SmtpServer
 ) -> None:
     config = load_config(
-        write_config(tmp_path, base_config(db_url, smtp_server, web={"secret_key": "t"}))
+        write_config(
+            tmp_path,
+            base_config(
+                db_url, smtp_server, web={"secret_key": "addresses-test-secret-0123456789ab"}
+            ),
+        )
     )
     store = Store(config.database_url)
     store.upgrade()

@@ -45,7 +45,7 @@ def _setup(tmp_path: Path, db_url: str, sink: FaultServer, n: int, pool: int) ->
         sink,  # type: ignore[arg-type]
         schedule={"no_listing": "send"},
         digest={"empty": "send"},
-        web={"secret_key": "crash-test"},
+        web={"secret_key": "crash-test-secret-0123456789abcdef"},
     )
     data["smtp"].update(pool_size=pool, timeout=10)
     path = write_config(tmp_path, data)

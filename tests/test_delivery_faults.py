@@ -59,7 +59,7 @@ def world(
             server,  # type: ignore[arg-type]
             schedule={"no_listing": "send"},
             digest={"empty": "send"},
-            web={"secret_key": "delivery-faults"},
+            web={"secret_key": "delivery-faults-secret-0123456789ab"},
             delivery=delivery,
             **overrides,
         )

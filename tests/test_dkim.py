@@ -59,7 +59,7 @@ def signed_setup(
         db_url,
         smtp_server,
         dkim={"selector": SELECTOR, "private_key_file": "dkim.key"},
-        web={"secret_key": "dkim-test"},
+        web={"secret_key": "dkim-test-secret-0123456789abcdef"},
     )
     config = load_config(write_config(tmp_path, data))
     store = Store(config.database_url)
@@ -112,7 +112,7 @@ def test_missing_key_is_a_config_error_naming_the_key(
         f"sqlite:///{tmp_path / 'n.db'}",
         smtp_server,
         dkim={"selector": SELECTOR, "private_key_file": "keys/missing.key"},
-        web={"secret_key": "dkim-test"},
+        web={"secret_key": "dkim-test-secret-0123456789abcdef"},
     )
     config = load_config(write_config(tmp_path, data))
     store = Store(config.database_url)
@@ -129,7 +129,7 @@ def test_a_key_that_cannot_sign_is_reported(tmp_path: Path, smtp_server: SmtpSer
         f"sqlite:///{tmp_path / 'n.db'}",
         smtp_server,
         dkim={"selector": SELECTOR, "private_key_file": "bad.key"},
-        web={"secret_key": "dkim-test"},
+        web={"secret_key": "dkim-test-secret-0123456789abcdef"},
     )
     config = load_config(write_config(tmp_path, data))
     store = Store(config.database_url)

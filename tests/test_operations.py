@@ -32,7 +32,7 @@ def setup(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> tuple[Config,
         smtp_server,
         schedule={"timezone": "UTC", "send_hour": 7, "misfire_grace_minutes": 120},
         alerts={"email": "ops@papers.example.org"},
-        web={"secret_key": "operations-test"},
+        web={"secret_key": "operations-test-secret-0123456789ab"},
     )
     path = write_config(tmp_path, data)
     config = load_config(path)

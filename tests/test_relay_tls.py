@@ -78,7 +78,7 @@ def _send(tmp_path: Path, relay: FaultServer, security: str) -> Any:
     data = base_config(
         f"sqlite:///{tmp_path / 'n.db'}",
         relay,  # type: ignore[arg-type]
-        web={"secret_key": "tls-test"},
+        web={"secret_key": "tls-test-secret-0123456789abcdefgh"},
         digest={"empty": "send"},
     )
     data["smtp"].update(security=security, username="digest", timeout=10)

@@ -103,7 +103,7 @@ def test_scheduled_edition_sigterm_mid_send_and_restart(
     data = base_config(f"sqlite:///{tmp_path / 'n.db'}")
     data["smtp"] = {"host": "127.0.0.1", "port": smtp_port}
     data["schedule"] = {"timezone": tz, "send_hour": 11, "tick_minutes": 1, "fetch": []}
-    data["web"] = {"secret_key": "serve-test-secret"}
+    data["web"] = {"secret_key": "serve-test-secret-0123456789abcdef"}
     data["subscribers"] = [
         {"email": f"reader{i:02d}@example.org", "topics": ["gpu-kernels"]}
         for i in range(SUBSCRIBERS)

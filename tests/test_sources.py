@@ -187,8 +187,12 @@ def test_hf_malformed_keeps_the_good_and_says_why_for_the_rest() -> None:
 
 
 def test_hf_not_json_is_a_clear_error() -> None:
-    r = parse("bad/hf-daily-papers-not-json.json", "hf_daily")
+    body = (FEEDS / "bad/hf-daily-papers-not-json.json").read_bytes()
+    r = PARSERS["hf_daily"](body, "https://huggingface.co/api/daily_papers")
     assert r.papers == () and "not JSON" in r.problems[0] and "502 Bad Gateway" in r.problems[0]
+    # A local file's bytes are never quoted (it could be /proc/self/environ).
+    local = parse("bad/hf-daily-papers-not-json.json", "hf_daily")
+    assert local.problems == ("not JSON (Expecting value)",)
 
 
 def test_generic_feed_identity() -> None:

@@ -83,7 +83,7 @@ def workers_config(
         "retry_delay": 2,
         **workers,
     }
-    data["web"] = {"secret_key": "k" * 40}
+    data["web"] = {"secret_key": "workers-test-secret-0123456789abcdef"}
     return write_config(tmp_path, data)
 
 

@@ -14,9 +14,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from newsletter.identity import arxiv_urls, parse_arxiv_id
 from newsletter.models import PaperData
 from newsletter.sources.base import (
+    EXCERPT_CHARS,
     ParseResult,
     Skipped,
     clean_text,
+    is_remote,
     parse_xml_feed,
     struct_to_datetime,
 )
@@ -84,7 +86,10 @@ def parse(body: bytes, url: str) -> ParseResult:
         problems = ()  # a page past the end: a valid, empty answer
     # The API reports errors as a feed with one entry titled "Error".
     if len(parsed.entries) == 1 and clean_text(parsed.entries[0].get("title")) == "Error":
-        problems = (f"arXiv API error: {clean_text(parsed.entries[0].get('summary'))}",)
+        summary = clean_text(parsed.entries[0].get("summary"))
+        # A local file's text is never quoted (see base.response_excerpt).
+        said = f": {summary[:EXCERPT_CHARS]}" if is_remote(url) else " (in the file; not quoted)"
+        problems = (f"arXiv API error{said}",)
         skipped = []
     total = _int(parsed.feed.get("opensearch_totalresults"))
     return ParseResult(tuple(papers), tuple(skipped), problems, len(parsed.entries), total)

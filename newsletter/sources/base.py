@@ -73,6 +73,29 @@ def clean_result(result: ParseResult) -> ParseResult:
     )
 
 
+EXCERPT_CHARS = 80
+
+
+def is_remote(url: str) -> bool:
+    """Whether a body came over http(s), as opposed to a local file or path."""
+    return url.lower().startswith(("http://", "https://"))
+
+
+def response_excerpt(body: bytes, url: str) -> str:
+    """``; the response began '...'`` for a remote answer, else nothing.
+
+    A local file's bytes are never quoted (a source pointed at ``/proc/self/environ`` would put
+    secrets into errors, the database, logs and alert mails); a remote answer is quoted at most
+    80 characters, with control characters removed.
+    """
+    if not is_remote(url):
+        return ""
+    text = body[: EXCERPT_CHARS * 4].decode("utf-8", "replace")
+    text = clean_text("".join(ch if ch.isprintable() else " " for ch in text))
+    text = text[:EXCERPT_CHARS]
+    return f"; the response began {text!r}" if text else ""
+
+
 def struct_to_datetime(value: struct_time | None) -> datetime | None:
     if value is None:
         return None

@@ -7,7 +7,10 @@ through httpx, politely and safely:
 * conditional GET (``If-None-Match`` / ``If-Modified-Since``): a 304 means nothing to do;
 * a delay between two requests to the same host (``fetch.host_delay``, or a source's own);
 * retries with exponential backoff and jitter on 429, 5xx and timeouts, honoring ``Retry-After``;
-* a size cap, checked against ``Content-Length`` and again while streaming the decoded body;
+* a size cap, checked against ``Content-Length`` and again while streaming: gzip and deflate
+  bodies are inflated here a piece at a time and stop at ``fetch.max_bytes`` of decompressed
+  data (a decompression bomb never gets further); stacked (``gzip, gzip``) and unknown
+  Content-Encodings are refused;
 * an optional proxy (``fetch.proxy``; the environment's proxy variables are ignored);
 * http and https only; every redirect hop is checked again, and the host is resolved here and
   the connection pinned to the checked address, so neither a redirect nor a DNS answer can reach
@@ -20,7 +23,8 @@ import ipaddress
 import random
 import socket
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -34,6 +38,10 @@ from newsletter.config import FetchSettings
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: The Content-Encodings we ask for and inflate ourselves, with a running bound.
+ENCODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+ACCEPT_ENCODING = "gzip, deflate"
+_PIECE = 64 * 1024
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -200,7 +208,7 @@ class Fetcher:
             raise FetchError(
                 f"unsupported URL scheme {parts.scheme!r}; use http(s), file:// or a path"
             )
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {"Accept-Encoding": ACCEPT_ENCODING}
         if etag:
             headers["If-None-Match"] = etag
         if last_modified:
@@ -266,14 +274,13 @@ class Fetcher:
     def _read_file(self, location: str, is_url: bool) -> FetchResult:
         path = Path(unquote(urlsplit(location).path) if is_url else location)
         try:
-            size = path.stat().st_size
-            if size > self.max_bytes:
-                raise FetchError(
-                    f"{path} is {size} bytes, over the {self.max_bytes}-byte cap (fetch.max_bytes)"
-                )
-            return FetchResult(path.read_bytes(), url=str(path))
+            with path.open("rb") as f:
+                body = f.read(self.max_bytes + 1)  # st_size says 0 for /proc files
         except OSError as e:
             raise FetchError(f"cannot read {path}: {e.strerror or e}") from e
+        if len(body) > self.max_bytes:
+            raise FetchError(f"{path} is over the {self.max_bytes}-byte cap (fetch.max_bytes)")
+        return FetchResult(body, url=str(path))
 
     def _backoff(self, attempt: int) -> float:
         return float(self.backoff * (2 ** (attempt - 1)) * (0.5 + self.rng.random()))
@@ -348,15 +355,15 @@ class Fetcher:
                     f"response is {declared} bytes, over the {self.max_bytes}-byte cap "
                     "(fetch.max_bytes)"
                 )
-            chunks: list[bytes] = []
-            total = 0
-            for chunk in resp.iter_bytes():
-                total += len(chunk)
-                if total > self.max_bytes:
-                    raise FetchError(
-                        f"response is over the {self.max_bytes}-byte cap (fetch.max_bytes)"
-                    )
-                chunks.append(chunk)
+            coding = _content_coding(resp.headers.get("Content-Encoding"), url)
+            body: Iterable[bytes]
+            if resp.is_stream_consumed:  # made from bytes in memory (a test's MockTransport)
+                body = (resp.content,)
+            else:
+                body = _capped(resp.iter_raw(), self.max_bytes, url, "")
+                if coding is not None:
+                    body = _inflate(body, coding, url)
+            chunks = list(_capped(body, self.max_bytes, url, " once decompressed"))
             return FetchResult(
                 b"".join(chunks),
                 resp.headers.get("ETag"),
@@ -366,6 +373,72 @@ class Fetcher:
             )
         finally:
             resp.close()
+
+
+def _content_coding(header: str | None, url: str) -> str | None:
+    """The one coding to undo (``gzip`` or ``deflate``), ``None`` for none; refuse the rest."""
+    codings = [c.strip().lower() for c in (header or "").split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1:
+        raise FetchError(
+            f"{url} answered with stacked Content-Encodings ({header}); refused: only one "
+            "gzip or deflate layer is accepted (a decompression bomb?)"
+        )
+    if codings[0] not in ENCODINGS:
+        raise FetchError(
+            f"{url} answered with Content-Encoding {codings[0]!r}, which is not supported "
+            f"(we asked for {ACCEPT_ENCODING})"
+        )
+    return ENCODINGS[codings[0]]
+
+
+def _capped(pieces: Iterable[bytes], max_bytes: int, url: str, what: str) -> Iterator[bytes]:
+    """``pieces`` as they come, stopping with an error once they add up to over ``max_bytes``."""
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+        if total > max_bytes:
+            raise FetchError(
+                f"the response from {url} is over the {max_bytes}-byte cap{what} (fetch.max_bytes)"
+            )
+        yield piece
+
+
+def _decompressor(coding: str, raw_deflate: bool = False) -> Any:
+    if coding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    return zlib.decompressobj(-zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS)
+
+
+def _inflate(chunks: Iterable[bytes], coding: str, url: str) -> Iterator[bytes]:
+    """Undo one gzip or deflate layer, yielding at most 64 KiB at a time however much the input
+    expands, so the caller's size cap stops a bomb before it is in memory."""
+    d = _decompressor(coding)
+    started = False
+    for chunk in chunks:
+        data = chunk
+        while True:
+            try:
+                out = d.decompress(data, _PIECE)
+            except zlib.error as e:
+                if coding == "deflate" and not started:  # some servers send raw deflate
+                    d, started = _decompressor(coding, raw_deflate=True), True
+                    continue
+                raise FetchError(f"the {coding} body from {url} is corrupt ({e})") from e
+            started = True
+            if out:
+                yield out
+            if d.eof:
+                if d.unused_data and coding == "gzip":  # the next member of a multi-member file
+                    data, d = d.unused_data, _decompressor(coding)
+                    continue
+                return  # the stream is complete; trailing bytes are ignored
+            if d.unconsumed_tail or len(out) == _PIECE:
+                data = d.unconsumed_tail  # input left, or output still pending inside zlib
+                continue
+            break
 
 
 def _retry_after(value: str | None, now: float) -> float | None:

@@ -11,20 +11,15 @@ from typing import Any
 
 from newsletter.identity import arxiv_urls, parse_arxiv_id
 from newsletter.models import PaperData
-from newsletter.sources.base import ParseResult, Skipped, clean_text
+from newsletter.sources.base import ParseResult, Skipped, clean_text, response_excerpt
 
 
 def parse(body: bytes, url: str) -> ParseResult:
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        snippet = body[:60].decode("utf-8", "replace").strip()
-        return ParseResult(
-            (),
-            (),
-            (f"not JSON ({e.msg if hasattr(e, 'msg') else e}); the response began {snippet!r}",),
-            0,
-        )
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        return ParseResult((), (), (f"not JSON ({why}){response_excerpt(body, url)}",), 0)
     if not isinstance(data, list):
         return ParseResult(
             (), (), (f"expected a JSON list of papers, got {type(data).__name__}",), 0

@@ -20,7 +20,7 @@ from newsletter.models import Subscriber
 from newsletter.subscribe import InvalidRequest
 from newsletter.tokens import Purpose, TokenError
 from newsletter.web.archive import archivable, trending_on
-from newsletter.web.context import WebContext, web_context
+from newsletter.web.context import WebContext, public_url, web_context
 from newsletter.web.security import client_address
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,10 @@ class Problem(BaseModel):
 class DayPaper(BaseModel):
     key: str
     title: str
-    url: str
+    url: str | None
+    """http(s) or mailto only; ``null`` when the feed gave another scheme (``javascript:``...)."""
+    pdf_url: str | None = None
+    code_url: str | None = None
     authors: list[str]
     upvotes: int | None
     reason: str
@@ -247,7 +250,9 @@ async def archive_day(day: str, ctx: WebContext = Ctx) -> DayOut | JSONResponse:
                     DayPaper(
                         key=i.paper.key,
                         title=i.paper.title,
-                        url=i.paper.url,
+                        url=public_url(i.paper.url),
+                        pdf_url=public_url(i.paper.pdf_url),
+                        code_url=public_url(i.paper.code_url),
                         authors=list(i.paper.authors),
                         upvotes=i.paper.upvotes,
                         reason=i.reason,

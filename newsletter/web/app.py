@@ -11,6 +11,7 @@ import logging
 import zoneinfo
 
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
 from newsletter.clock import utcnow
@@ -21,6 +22,7 @@ from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
 from newsletter.web import api, ops, pages
 from newsletter.web.context import WebContext, http_url
+from newsletter.web.limits import BodyLimit, request_validation_handler
 from newsletter.web.security import security_headers
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ def create_app(
         openapi_url="/api/openapi.json",
     )
     app.state.web = ctx
+    app.add_exception_handler(RequestValidationError, request_validation_handler)
+    # Added first, so it runs inside the security headers: a 413 carries them too.
+    app.add_middleware(BodyLimit, max_bytes=config.settings.web.max_body_bytes)
     app.middleware("http")(security_headers)
 
     @app.get("/static/web.css", include_in_schema=False)

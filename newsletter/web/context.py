@@ -8,7 +8,7 @@ import jinja2
 from fastapi import Request
 
 from newsletter.config import Config
-from newsletter.render import Renderer
+from newsletter.render import Renderer, safe_url
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
 
@@ -30,8 +30,15 @@ def web_context(request: Request) -> WebContext:
     return ctx
 
 
+def public_url(value: str | None) -> str | None:
+    """A link from feed data as pages and the API may show it: http(s) or mailto, else ``None``.
+
+    The same policy as the digests (:func:`newsletter.render.safe_url`): ``javascript:``,
+    ``data:`` and every other scheme are dropped, whatever the case or leading spaces.
+    """
+    return safe_url(value) or None
+
+
 def http_url(value: str | None) -> str:
-    """Only http(s) links from feed data reach an ``href``."""
-    if value and value.lower().startswith(("https://", "http://")):
-        return value
-    return "#"
+    """A link from feed data for an ``href``: :func:`public_url`, or ``#`` when it has none."""
+    return public_url(value) or "#"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from fastapi import APIRouter, Header, HTTPException, Request, Response
-from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict
+from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from newsletter.models import EditionStatus, SubscriberStatus
 from newsletter.web.context import WebContext
+from newsletter.web.limits import validation_problem
 
 router = APIRouter()
 
@@ -96,27 +98,36 @@ class SendRequest(BaseModel):
     force: bool = False
 
 
-@router.post("/admin/send", include_in_schema=False)
-def admin_send(
-    body: SendRequest,
-    request: Request,
-    response: Response,
-    authorization: str | None = Header(default=None),
-) -> dict[str, Any]:
+@router.post("/admin/send", include_in_schema=False, response_model=None)
+async def admin_send(request: Request, response: Response) -> dict[str, Any] | JSONResponse:
     """Trigger `send --now` (with the same options) from outside; Bearer token from the env.
 
-    Like `newsletter send`, a whole-list send (no ``to``, not ``dry_run``) with ``workers:``
-    configured queues the edition's chunks for the workers and answers 202 at once."""
-    from newsletter.addresses import InvalidAddress, normalize_address
-    from newsletter.runs import send_step
-
+    The token is checked before the body is parsed. Like `newsletter send`, a whole-list send
+    (no ``to``, not ``dry_run``) with ``workers:`` configured queues the edition's chunks for
+    the workers and answers 202 at once."""
     ctx = _ctx(request)
     expected = ctx.config.settings.web.admin_token()
     if expected is None:
         raise HTTPException(404, "the admin endpoint is disabled (set the admin token variable)")
-    given = (authorization or "").removeprefix("Bearer ").strip()
+    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
+    raw = await request.body()
+    if not raw.strip():
+        return validation_problem([{"loc": ("body",), "msg": "a JSON object is required"}])
+    try:
+        body = SendRequest.model_validate_json(raw)
+    except ValidationError as e:
+        return validation_problem(list(e.errors()))
+    return await run_in_threadpool(_admin_send, ctx, request, response, body)
+
+
+def _admin_send(
+    ctx: WebContext, request: Request, response: Response, body: SendRequest
+) -> dict[str, Any]:
+    from newsletter.addresses import InvalidAddress, normalize_address
+    from newsletter.runs import send_step
+
     to = None
     if body.to is not None:
         try:

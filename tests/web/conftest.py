@@ -43,7 +43,7 @@ def clock() -> Clock:
 
 def web_settings(db_url: str, smtp: SmtpServer, **web: Any) -> dict[str, Any]:
     data = base_config(db_url, smtp)
-    data["web"] = {"secret_key": "a-test-secret-that-signs-links", **web}
+    data["web"] = {"secret_key": "a-test-secret-that-signs-links-0123456789", **web}
     data["inbound"] = {"address": "papers-request@papers.example.org"}
     return data
 
