@@ -87,9 +87,16 @@ def sending_host(msg: EmailMessage, peer: str, trusted: list[str]) -> str:
 
 
 def handle_message(
-    service: Subscriptions, data: bytes, mail_from: str, peer: str
+    service: Subscriptions,
+    data: bytes,
+    mail_from: str,
+    peer: str,
+    settings: InboundSettings | None = None,
 ) -> Outcome | None:
-    """Run the command in one received message; ``None`` when nothing was answered."""
+    """Run the command in one received message; ``None`` when nothing was answered.
+
+    ``settings``: the receiver's (default: the service config's ``inbound:``).
+    """
     msg = message_from_bytes(data, policy=policy.default)
     assert isinstance(msg, EmailMessage)
     if is_automatic(msg, mail_from):
@@ -105,7 +112,7 @@ def handle_message(
         own.add(service.settings.inbound.address.lower())
     if sender.lower() in own:
         return None  # never answer ourselves
-    settings = service.settings.inbound
+    settings = settings or service.settings.inbound
     host = sending_host(msg, peer, settings.trusted_relays)
     message_id = " ".join(str(msg.get("Message-ID", "")).split())[:200]  # one line in logs
     if not service.allow_client(host):
@@ -115,7 +122,7 @@ def handle_message(
             message_id or "a message",
         )
         return Outcome.LIMITED
-    if not service.allow_inbound():
+    if not service.allow_inbound(settings.max_per_hour):
         log.warning(
             "inbound: over inbound.max_per_hour (%d); %s from %s dropped",
             settings.max_per_hour,
@@ -169,7 +176,13 @@ class InboundHandler:
         loop = asyncio.get_running_loop()
         try:
             outcome = await loop.run_in_executor(
-                None, handle_message, self.service, data, envelope.mail_from or "", peer
+                None,
+                handle_message,
+                self.service,
+                data,
+                envelope.mail_from or "",
+                peer,
+                self.settings,
             )
         except NewsletterError as e:
             log.warning("inbound: could not answer: %s", e)

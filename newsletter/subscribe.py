@@ -296,14 +296,14 @@ class Subscriptions:
             limit=rl.per_ip,
         )
 
-    def allow_inbound(self) -> bool:
-        """Count one answered email command, from anyone; False when over
-        ``inbound.max_per_hour``."""
+    def allow_inbound(self, per_hour: int | None = None) -> bool:
+        """Count one answered email command, from anyone; False when over ``per_hour``
+        (default ``inbound.max_per_hour``)."""
         return self.store.hit_rate(
             "inbound:all",
             self.now(),
             window=timedelta(hours=1),
-            limit=self.settings.inbound.max_per_hour,
+            limit=per_hour or self.settings.inbound.max_per_hour,
         )
 
     def _allow_mail(self, address: str) -> bool:
