@@ -1280,6 +1280,7 @@ def subscribers_set(
             + (f"; name {got.name}" if got.name else "")
         ),
         highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -1320,7 +1321,7 @@ def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: st
             "try again later"
         )
     what = "a confirmation link" if outcome is Outcome.CONFIRM_SENT else "their manage link"
-    console.print(escape(f"Mailed {what} to {address}."), highlight=False)
+    console.print(escape(f"Mailed {what} to {address}."), highlight=False, soft_wrap=True)
 
 
 @subscribers.command("show")

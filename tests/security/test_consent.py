@@ -97,9 +97,7 @@ def test_import_of_an_export_keeps_everyone_who_said_no_out(
     assert "again.csv:3: cyd@example.org: suppressed" in result.output  # whatever the case
     assert status(web_store, "bob@example.org") is UNSUBSCRIBED
     assert status(web_store, "Cyd@example.org") is None
-    assert [s.email for s in web_store.subscribers_folded("cyd@example.org")] == [
-        "cyd@example.org"
-    ]
+    assert [s.email for s in web_store.subscribers_folded("cyd@example.org")] == ["cyd@example.org"]
 
 
 def test_add_and_the_config_list_never_reactivate_or_bring_back_the_erased(
@@ -127,9 +125,9 @@ def test_add_and_the_config_list_never_reactivate_or_bring_back_the_erased(
         )
         assert "newsletter subscribers invite" in result.output
     assert status(web_store, "bob@example.org") is UNSUBSCRIBED
-    assert web_store.subscribers_folded("bob@example.org") == [web_store.get_subscriber(
-        "bob@example.org"
-    )]
+    assert web_store.subscribers_folded("bob@example.org") == [
+        web_store.get_subscriber("bob@example.org")
+    ]
     result = newsletter(web_config, "subscribers", "add", "dan@example.org", "--topic", "rendering")
     assert result.exit_code == 1 and "dan@example.org: erased (--forget) on" in result.output
     assert web_store.get_subscriber("dan@example.org") is None
@@ -153,7 +151,9 @@ def test_add_and_the_config_list_never_reactivate_or_bring_back_the_erased(
     assert web_store.get_subscriber("dan@example.org") is None
 
     # The way back: the address confirms by email; then the hash goes too.
-    invite = newsletter(web_config, "subscribers", "invite", "dan@example.org", "--topic", "rendering")
+    invite = newsletter(
+        web_config, "subscribers", "invite", "dan@example.org", "--topic", "rendering"
+    )
     assert invite.exit_code == 0 and "Mailed a confirmation link" in invite.output
     mail = smtp_server.messages_to("dan@example.org")[-1]
     assert mail["Subject"] == "Confirm your subscription"
@@ -210,7 +210,11 @@ def test_a_confirmation_link_confirms_once_and_never_after_unsubscribing(
 
 
 def test_a_confirmation_link_never_brings_back_an_erased_address(
-    client: TestClient, smtp_server: SmtpServer, web_store: Store, service: Subscriptions, clock: Clock
+    client: TestClient,
+    smtp_server: SmtpServer,
+    web_store: Store,
+    service: Subscriptions,
+    clock: Clock,
 ) -> None:
     assert subscribe(client, "ada@example.org") == 200
     link = last_link(smtp_server, "ada@example.org", "confirm")

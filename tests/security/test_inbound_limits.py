@@ -40,9 +40,7 @@ def forged(sender: str, subject: str = "subscribe", received: str | None = None)
 
 def confirmations(smtp: SmtpServer) -> list[str]:
     return [
-        r.rcpt_tos[0]
-        for r in smtp.received
-        if r.message["Subject"] == "Confirm your subscription"
+        r.rcpt_tos[0] for r in smtp.received if r.message["Subject"] == "Confirm your subscription"
     ]
 
 
@@ -85,7 +83,10 @@ def test_overall_hourly_limit_and_the_sending_host_behind_our_mta(
         update={"port": free_port(), "max_per_hour": 4}
     )
     hosts = [f"2001:db8:{i}::1" for i in range(6)]  # six different /64s: each under per_ip
-    with InboundServer(service, settings) as server, smtplib.SMTP(settings.host, settings.port) as conn:
+    with (
+        InboundServer(service, settings) as server,
+        smtplib.SMTP(settings.host, settings.port) as conn,
+    ):
         for i, host in enumerate(hosts):
             sender = f"reader{i}@example.net"
             hop = f"from client.example.net (client.example.net [IPv6:{host}]) by mx.papers.example.org"
