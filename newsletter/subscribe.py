@@ -153,9 +153,7 @@ def consent_block(
     when some address was ever erased).
     """
     reason = None
-    for sub in store.subscribers_folded(address):
-        if sub.status in LIVE or sub.status is SubscriberStatus.PENDING:
-            continue
+    for sub in store.said_no(address):
         since = f" on {sub.status_changed:%Y-%m-%d}" if sub.status_changed else ""
         reason = f"{sub.email}: {sub.status.value}{since}; stays {sub.status.value}"
         break

@@ -557,12 +557,17 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(delete(t.forgotten).where(t.forgotten.c.hash == key))
 
-    def subscribers_folded(self, email: str) -> list[Subscriber]:
-        """The subscribers whose address equals ``email`` but for letter case."""
+    def said_no(self, email: str) -> list[Subscriber]:
+        """The unsubscribed or suppressed subscribers whose address is ``email`` but for letter
+        case (found through the status index: those are few)."""
+        gone = [SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.SUPPRESSED.value]
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(t.subscribers)
-                .where(func.lower(t.subscribers.c.email) == func.lower(email))
+                .where(
+                    t.subscribers.c.status.in_(gone),
+                    func.lower(t.subscribers.c.email) == func.lower(email),
+                )
                 .order_by(t.subscribers.c.id)
             ).all()
             topics = self._topics_for(conn, [r.id for r in rows])

@@ -21,7 +21,6 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    func,
 )
 from sqlalchemy.types import TypeDecorator
 
@@ -121,8 +120,6 @@ subscribers = Table(
     sqlite_autoincrement=True,
 )
 Index("ix_subscribers_status", subscribers.c.status)
-# Consent checks look addresses up whatever their letter case (migration 0006).
-Index("ix_subscribers_email_lower", func.lower(subscribers.c.email))
 
 # Addresses erased with ``subscribers remove --forget``: only a keyed hash (HMAC with the
 # secret key) and when, so the operator's CLI, an import or the config's ``subscribers:`` list

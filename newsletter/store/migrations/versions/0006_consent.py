@@ -28,7 +28,6 @@ def upgrade() -> None:
             "subscribers", recreate="always", table_kwargs={"sqlite_autoincrement": True}
         ):
             pass
-    op.create_index("ix_subscribers_email_lower", "subscribers", [sa.text("lower(email)")])
     op.create_table(
         "forgotten",
         sa.Column("hash", sa.String(length=64), nullable=False),
@@ -39,7 +38,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("forgotten")
-    op.drop_index("ix_subscribers_email_lower", table_name="subscribers")
     if op.get_bind().dialect.name == "sqlite":
         with op.batch_alter_table(
             "subscribers", recreate="always", table_kwargs={"sqlite_autoincrement": False}
