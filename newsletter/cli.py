@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ from newsletter.text import strip_controls
 
 console = Console()
 err_console = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,11 +87,25 @@ def errors() -> Iterator[None]:
         fail(str(e))
 
 
-def seed_subscribers(config: Config, store: Store) -> int:
-    """Insert the subscribers listed in the config that the database does not have yet."""
+def seed_subscribers(
+    config: Config, store: Store, report: Callable[[str], None] | None = None
+) -> int:
+    """Insert the subscribers listed in the config that the database does not have yet.
+
+    An address that unsubscribed, was suppressed or erased is not added back (consent comes
+    from the address, not the config): ``report`` (default: the log) is told why.
+    """
+    from newsletter.subscribe import consent_block
+
     now = utcnow()
     added = 0
-    for seed in config.settings.subscribers:
+    for i, seed in enumerate(config.settings.subscribers):
+        if store.get_subscriber(seed.email) is None:
+            blocked = consent_block(config, store, seed.email)
+            if blocked is not None:
+                note = f"{config.path}: subscribers[{i}]: {blocked}"
+                (report or log.info)(note)
+                continue
         _, created = store.add_subscriber(
             seed.email,
             name=seed.name,
@@ -184,7 +201,8 @@ def db_upgrade(obj: Context) -> None:
         store = obj.open_store()
         before = store.current_revision()
         store.upgrade()
-        added = seed_subscribers(obj.config, store)
+        notes: list[str] = []
+        added = seed_subscribers(obj.config, store, notes.append)
         after = store.current_revision()
         url = store.engine.url.render_as_string(hide_password=True)
     if before == after:
@@ -193,6 +211,8 @@ def db_upgrade(obj: Context) -> None:
         console.print(f"Database {url} migrated: {before or 'empty'} → {after}.")
     if added:
         console.print(f"Added {added} subscriber(s) from {obj.config.path}.")
+    for note in notes:
+        click.echo(f"not added: {note}", err=True)
 
 
 @db.command("current")
@@ -801,8 +821,14 @@ def subscribers() -> None:
 def subscribers_add(
     obj: Context, email: str, topics: tuple[str, ...], name: str, tz: str | None
 ) -> None:
-    """Add an active subscriber (an operator adding someone who has agreed)."""
+    """Add an active subscriber (an operator adding someone who has agreed).
+
+    An address that unsubscribed, was suppressed or erased is not made active again: it
+    stays so until it confirms by email (see 'newsletter subscribers invite').
+    """
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from newsletter.subscribe import LIVE, consent_block
 
     with errors():
         config = obj.config
@@ -826,6 +852,11 @@ def subscribers_add(
             fail(f"unknown timezone {timezone!r}")
         store = obj.store()
         now = utcnow()
+        existing = store.get_subscriber(address)
+        if existing is None or existing.status not in LIVE:
+            blocked = consent_block(config, store, address)
+            if blocked is not None:
+                fail(escape(blocked))
         sub, created = store.add_subscriber(
             address,
             name=name,
@@ -915,8 +946,8 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
             table.add_row(shown(s.email), str(count), shown(answer or ""))
         console.print(table)
         console.print(
-            "Suppressed addresses get no mail. After fixing the address: "
-            "newsletter subscribers remove EMAIL, then add it again."
+            "Suppressed addresses get no mail until they confirm by email again: "
+            "newsletter subscribers invite EMAIL --topic NAME."
         )
         return
     for col in ("email", "name", "status", "topics", "timezone", "since"):
@@ -1012,6 +1043,23 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
         console.print(f"Wrote {out}.")
 
 
+@functools.cache
+def _zones() -> set[str]:
+    import zoneinfo
+
+    return zoneinfo.available_timezones()
+
+
+IMPORT_STATUSES = {
+    "": SubscriberStatus.ACTIVE,
+    "active": SubscriberStatus.ACTIVE,
+    "paused": SubscriberStatus.PAUSED,
+    "unsubscribed": SubscriberStatus.UNSUBSCRIBED,
+    "suppressed": SubscriberStatus.SUPPRESSED,
+    "complained": SubscriberStatus.SUPPRESSED,  # marked the mail as spam: never mail again
+}
+
+
 @subscribers.command("import")
 @click.argument("csv_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -1026,23 +1074,32 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
 def subscribers_import(
     obj: Context, csv_file: Path, default_topics: tuple[str, ...], dry_run: bool
 ) -> None:
-    """Add active subscribers from a CSV with a header row: email, and optionally name, topics
-    (separated by spaces or ';'), timezone, send_hour, frequency, consent (how they agreed).
+    """Add subscribers from a CSV with a header row: email, and optionally name, status,
+    topics (separated by spaces or ';'), timezone, send_hour, frequency, consent (how they
+    agreed). 'export' writes this format.
 
-    Only import people who agreed to get the digest. Bad rows are reported by line and skipped;
-    addresses already present are left as they are.
+    
+    status: empty or active (added active), paused (added paused), unsubscribed, suppressed
+    or complained (kept so: added as unsubscribed or suppressed, never mailed); pending or
+    anything else is refused.
+
+    Only import people who agreed to get the digest. Addresses already present are left as
+    they are; an address that unsubscribed, was suppressed or erased here is never made
+    active by an import: it stays so until it confirms by email. Refused rows are reported as
+    file:line and why, and make the exit status 1.
     """
     import csv
 
-    from newsletter.subscribe import InvalidRequest, Subscriptions, parse_address
+    from newsletter.subscribe import LIVE, InvalidRequest, Subscriptions, parse_address
 
     with errors():
         config = obj.config
         store = obj.store()
         service = Subscriptions(config, store)
         now = utcnow()
-        added = kept = 0
+        added = kept = present = 0
         problems: list[str] = []
+        notes: list[str] = []
         with csv_file.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             if reader.fieldnames is None or "email" not in reader.fieldnames:
@@ -1050,25 +1107,63 @@ def subscribers_import(
             end = reader.line_num
             for row in reader:
                 line, end = end + 1, reader.line_num  # a quoted field may span lines: its first
+                where = f"{csv_file}:{line}"
+                raw_status = (row.get("status") or "").strip().lower()
+                status = IMPORT_STATUSES.get(raw_status)
+                if status is None:
+                    why = (
+                        "never confirmed; they subscribe by confirming by email"
+                        if raw_status == "pending"
+                        else "unknown status (active, paused, unsubscribed, suppressed, complained)"
+                    )
+                    problems.append(f"{where}: status {raw_status!r}: {why}")
+                    continue
                 try:
                     address = parse_address(row.get("email") or "")
                     name = normalize_name(row.get("name") or "")
                     raw = (row.get("topics") or "").replace(";", " ").split()
+                    wanted = raw or list(default_topics)
+                    tz = (row.get("timezone") or "").strip() or None
                     hour = (row.get("send_hour") or "").strip()
+                    frequency = (row.get("frequency") or "daily").strip() or "daily"
+                    if status not in LIVE:  # never mailed: kept for the record as it is
+                        known = service.topic_names
+                        wanted = [t for t in wanted if t in known] or known[:1]
+                        tz = tz if tz in _zones() else None
+                        hour = hour if hour.isdigit() and int(hour) < 24 else ""
+                        frequency = frequency if frequency in ("daily", "weekly") else "daily"
                     choices = service.choices(
-                        raw or list(default_topics),
-                        (row.get("timezone") or "").strip() or None,
-                        int(hour) if hour.isdigit() else None,
-                        (row.get("frequency") or "daily").strip() or "daily",
+                        wanted, tz, int(hour) if hour.isdigit() else None, frequency
                     )
                 except (InvalidRequest, InvalidAddress) as e:
-                    problems.append(f"{csv_file}:{line}: {e}")
+                    problems.append(f"{where}: {e}")
                     continue
-                if store.get_subscriber(address) is not None:
+                existing = store.get_subscriber(address)
+                if existing is not None and (existing.status in LIVE) == (status in LIVE):
+                    present += 1
+                    continue
+                if existing is not None and status not in LIVE:
+                    notes.append(
+                        f"{where}: {address} is {status.value} in the file but "
+                        f"{existing.status.value} here; left {existing.status.value} "
+                        f"(newsletter subscribers remove {address} to unsubscribe)"
+                    )
+                    present += 1
+                    continue
+                blocked = service.blocked(address)
+                if blocked is not None:
+                    problems.append(f"{where}: {blocked}")
+                    continue
+                if existing is not None:  # pending here: confirmation by email only
+                    problems.append(
+                        f"{where}: {address} is {existing.status.value} here; it becomes a "
+                        "subscriber when it confirms by email"
+                    )
+                    continue
+                if status not in LIVE:
                     kept += 1
-                    continue
+                added += 1
                 if dry_run:
-                    added += 1
                     continue
                 store.confirm_subscriber(
                     address,
@@ -1078,20 +1173,171 @@ def subscribers_import(
                     send_hour=choices.send_hour,
                     frequency=choices.frequency,
                     now=now,
+                    status=status,
                     consent={
                         "how": "import",
                         "when": now.isoformat(),
                         "where": f"{csv_file.name}:{line}",
                         "source": (row.get("consent") or "").strip(),
+                        "status": status.value,
                     },
                 )
-                added += 1
+    for n in notes:
+        click.echo(f"note: {n}", err=True)
     for p in problems:
-        click.echo(f"skipped {p}", err=True)
+        click.echo(f"refused {p}", err=True)
     verb = "would add" if dry_run else "added"
-    click.echo(f"{csv_file}: {verb} {added}, already present {kept}, skipped {len(problems)}.")
+    inactive = f" ({kept} of them {'would stay' if dry_run else 'kept'} unsubscribed/suppressed)"
+    click.echo(
+        f"{csv_file}: {verb} {added}{inactive if kept else ''}, already present {present}, "
+        f"refused {len(problems)}."
+    )
     if problems:
         sys.exit(1)
+
+
+_OPTION_OF_FIELD = {
+    "topics": "--topic",
+    "timezone": "--timezone",
+    "send_hour": "--hour",
+    "frequency": "--frequency",
+    "name": "--name",
+}
+
+
+@subscribers.command("set")
+@click.argument("email")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="NAME",
+    help="Follow exactly these topics (repeatable; replaces the current ones).",
+)
+@click.option("--timezone", "tz", metavar="ZONE", help="IANA timezone, e.g. Europe/Berlin.")
+@click.option(
+    "--hour",
+    metavar="H",
+    help="Preferred local hour of the digest, 0-23; 'default' for schedule.send_hour.",
+)
+@click.option("--frequency", type=click.Choice(["daily", "weekly"]), help="How often.")
+@click.option("--name", default=None, help="Display name ('' clears it).")
+@click.option(
+    "--pause/--resume", "pause", default=None, help="Stop the digest for now, or start it again."
+)
+@click.pass_obj
+def subscribers_set(
+    obj: Context,
+    email: str,
+    topics: tuple[str, ...],
+    tz: str | None,
+    hour: str | None,
+    frequency: str | None,
+    name: str | None,
+    pause: bool | None,
+) -> None:
+    """Change a subscriber's preferences (what the manage page changes); only the options
+    given change.
+
+    \b
+    newsletter subscribers set ada@example.org --topic llm-serving --topic gpu-kernels
+    newsletter subscribers set ada@example.org --timezone Asia/Tokyo --hour 8 --frequency weekly
+    newsletter subscribers set ada@example.org --pause
+
+    Only an active or paused subscriber can be changed: someone who unsubscribed becomes a
+    subscriber again by confirming by email (newsletter subscribers invite).
+    """
+    from newsletter.subscribe import LIVE, InvalidRequest, Subscriptions
+
+    if not (topics or tz or hour or frequency or name is not None or pause is not None):
+        fail(
+            "nothing to change: give --topic, --timezone, --hour, --frequency, --name, "
+            "--pause or --resume (see newsletter subscribers set --help)"
+        )
+    with errors():
+        address = _address(email)
+        store = obj.store()
+        sub = store.get_subscriber(address)
+        if sub is None:
+            fail(f"{address} is not a subscriber")
+        if sub.status not in LIVE:
+            fail(
+                f"{address} is {sub.status.value}; only an active or paused subscriber's "
+                "preferences change (they subscribe again by confirming by email: "
+                f"newsletter subscribers invite {address} --topic NAME)"
+            )
+        service = Subscriptions(obj.config, store)
+        try:
+            if hour is None:
+                send_hour = sub.send_hour
+            elif hour.strip().lower() == "default":
+                send_hour = None
+            elif hour.strip().isdigit():
+                send_hour = int(hour)
+            else:
+                raise InvalidRequest("send_hour", f"{hour!r}: an hour from 0 to 23, or 'default'")
+            choices = service.choices(
+                topics or sub.topics, tz or sub.timezone, send_hour, frequency or sub.frequency
+            )
+            if name is not None:
+                try:
+                    name = normalize_name(name)
+                except InvalidAddress as e:
+                    raise InvalidRequest("name", str(e)) from e
+        except InvalidRequest as e:
+            fail(escape(f"{_OPTION_OF_FIELD.get(e.field, e.field)}: {e.reason}"))
+        paused = sub.status is SubscriberStatus.PAUSED if pause is None else pause
+        got = service.update(sub, choices, paused=paused, name=name)
+    hour_text = "default" if got.send_hour is None else f"{got.send_hour:02d}:00"
+    console.print(
+        escape(
+            f"{got.email}: {got.status.value}; topics {', '.join(got.topics)}; "
+            f"timezone {got.timezone}; hour {hour_text}; {got.frequency.value}"
+            + (f"; name {got.name}" if got.name else "")
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@subscribers.command("invite")
+@click.argument("email")
+@click.option(
+    "--topic", "topics", multiple=True, metavar="NAME", help="A topic to offer (repeatable)."
+)
+@click.option(
+    "--timezone", "tz", metavar="ZONE", help="IANA timezone (default: schedule.timezone)."
+)
+@click.pass_obj
+def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: str | None) -> None:
+    """Mail EMAIL a confirmation link: they become a subscriber only if they follow it.
+
+    The way back for an address that unsubscribed, was suppressed or erased, when its owner
+    asks you. Someone subscribed already gets a mail with their manage link instead. Counts
+    against web.rate_limit.per_address like a request on the subscribe page.
+    """
+    from newsletter.subscribe import InvalidRequest, Outcome, Subscriptions
+
+    with errors():
+        address = _address(email)
+        store = obj.store()
+        service = Subscriptions(obj.config, store)
+        try:
+            choices = service.choices(topics, tz)
+        except InvalidRequest as e:
+            fail(escape(f"{_OPTION_OF_FIELD.get(e.field, e.field)}: {e.reason}"))
+        outcome = service.request(
+            address, choices, via="operator invite", origin="newsletter subscribers invite"
+        )
+    if outcome is Outcome.LIMITED:
+        rl = obj.config.settings.web.rate_limit
+        fail(
+            f"{address} was sent {rl.per_address} mail(s) in the last "
+            f"{rl.per_address_window // 3600} h (web.rate_limit.per_address); nothing sent, "
+            "try again later"
+        )
+    what = "a confirmation link" if outcome is Outcome.CONFIRM_SENT else "their manage link"
+    console.print(escape(f"Mailed {what} to {address}."), highlight=False, soft_wrap=True)
 
 
 @subscribers.command("show")

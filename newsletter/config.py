@@ -506,11 +506,15 @@ class RateLimitSettings(_Strict):
     """Limits on subscription requests (web form, JSON API, email), against subscription bombing."""
 
     per_ip: int = Field(default=10, ge=1)
-    """Requests one client address may make per ``per_ip_window`` seconds."""
+    """Requests one client address (an IPv6 one by its /64; for email commands, the sending
+    host) may make per ``per_ip_window`` seconds."""
     per_ip_window: int = Field(default=3600, ge=1)
     per_address: int = Field(default=3, ge=1)
-    """Confirmation or reminder mails one email address may be sent per ``per_address_window``."""
+    """Confirmation or reminder mails one email address (its ``+tag`` ignored) may be sent per
+    ``per_address_window``."""
     per_address_window: int = Field(default=86400, ge=1)
+    email_confirmations_per_address: int = Field(default=1, ge=1)
+    """Of those, confirmation mails answering an email command (whose From can be forged)."""
 
 
 class InboundSettings(_Strict):
@@ -524,6 +528,11 @@ class InboundSettings(_Strict):
     """The request address (e.g. papers-request@example.org); other recipients are refused."""
     max_size: int = Field(default=256 * 1024, ge=1024)
     """Largest message accepted, in bytes (commands are short)."""
+    max_per_hour: int = Field(default=60, ge=1)
+    """Email commands answered per hour from everyone together; the rest are dropped (logged)."""
+    trusted_relays: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
+    """Peers (your MTA) whose topmost ``Received:`` header names the sending host, which the
+    per-host limit (``web.rate_limit.per_ip``) then counts; other peers are counted themselves."""
 
     @field_validator("address")
     @classmethod

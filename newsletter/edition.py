@@ -173,7 +173,10 @@ class EditionBuilder:
         base = self.settings.sender.base_url
         unsub = self.tokens.make(Purpose.UNSUBSCRIBE, {"s": subscriber.id, "e": subscriber.email})
         manage = self.tokens.make(Purpose.MANAGE, {"s": subscriber.id, "e": subscriber.email})
-        view = self.tokens.make(Purpose.VIEW, {"s": subscriber.id, "d": edition_date.isoformat()})
+        view = self.tokens.make(
+            Purpose.VIEW,
+            {"s": subscriber.id, "e": subscriber.email, "d": edition_date.isoformat()},
+        )
         return DigestLinks(
             unsubscribe=f"{base}/unsubscribe/{unsub}",
             manage=f"{base}/manage/{manage}",

@@ -6,12 +6,20 @@ so no command acts by itself: ``subscribe`` mails a confirmation link (the same 
 the web form), ``unsubscribe`` mails a one-button unsubscribe link. Bounces, auto-replies and
 list traffic are accepted and dropped, so two robots never talk to each other forever. The
 operator's MTA hands the alias to this receiver (see ``deploy/postfix/``).
+
+Answers are rate limited like the web form's requests, since anyone can make this service mail
+a third party: per sending host (``web.rate_limit.per_ip``; behind a trusted relay, the host its
+``Received:`` header names; IPv6 by /64), per address (``per_address``, ``+tag`` ignored, and at
+most ``email_confirmations_per_address`` confirmations), and ``inbound.max_per_hour`` in all.
+Dropped commands are logged and accepted (``250``), so a forger learns nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import re
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import getaddresses
@@ -23,7 +31,13 @@ from aiosmtpd.lmtp import LMTP
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import InboundSettings
 from newsletter.errors import NewsletterError
-from newsletter.subscribe import InvalidRequest, Outcome, Subscriptions, parse_command
+from newsletter.subscribe import (
+    InvalidRequest,
+    Outcome,
+    Subscriptions,
+    client_network,
+    parse_command,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +74,38 @@ def same_address(a: str, b: str) -> bool:
         return a.lower() == b.lower()
 
 
+_RECEIVED_FROM = re.compile(r"^\s*from\s.*?\[(?:ipv6:)?([0-9a-f:.]+)\]", re.IGNORECASE | re.DOTALL)
+
+
+def sending_host(msg: EmailMessage, peer: str, trusted: list[str]) -> str:
+    """The host that sent a message: the peer, or, when the peer is a trusted relay (our own
+    MTA), the address its topmost ``Received:`` header gives for the client it took it from."""
+    if peer not in trusted:
+        return peer
+    received = msg.get_all("Received") or []
+    if not received:
+        return peer
+    top = str(received[0]).split(" by ", 1)[0]
+    m = _RECEIVED_FROM.match(top)
+    if m is None:
+        return peer
+    try:
+        return str(ipaddress.ip_address(m.group(1)))
+    except ValueError:
+        return peer
+
+
 def handle_message(
-    service: Subscriptions, data: bytes, mail_from: str, peer: str
+    service: Subscriptions,
+    data: bytes,
+    mail_from: str,
+    peer: str,
+    settings: InboundSettings | None = None,
 ) -> Outcome | None:
-    """Run the command in one received message; ``None`` when nothing was answered."""
+    """Run the command in one received message; ``None`` when nothing was answered.
+
+    ``settings``: the receiver's (default: the service config's ``inbound:``).
+    """
     msg = message_from_bytes(data, policy=policy.default)
     assert isinstance(msg, EmailMessage)
     if is_automatic(msg, mail_from):
@@ -79,8 +121,26 @@ def handle_message(
         own.add(service.settings.inbound.address.lower())
     if sender.lower() in own:
         return None  # never answer ourselves
+    settings = settings or service.settings.inbound
+    host = sending_host(msg, peer, settings.trusted_relays)
+    message_id = " ".join(str(msg.get("Message-ID", "")).split())[:200]  # one line in logs
+    if not service.allow_client(host):
+        log.warning(
+            "inbound: host %s over its limit (web.rate_limit.per_ip); %s dropped",
+            client_network(host),
+            message_id or "a message",
+        )
+        return Outcome.LIMITED
+    if not service.allow_inbound(settings.max_per_hour):
+        log.warning(
+            "inbound: over inbound.max_per_hour (%d); %s from %s dropped",
+            settings.max_per_hour,
+            message_id or "a message",
+            host,
+        )
+        return Outcome.LIMITED
     command = parse_command(str(msg.get("Subject", "")), first_text(msg))
-    origin = f"email {msg.get('Message-ID', '')} via {peer}".strip()
+    origin = f"email {message_id} via {host}".strip()
     try:
         if command is None:
             return service.reply_info(sender, "help", "no command found in it")
@@ -89,7 +149,9 @@ def handle_message(
                 choices = service.choices(command.args or service.topic_names)
             except InvalidRequest as e:
                 return service.reply_info(sender, "help", e.reason)
-            return service.request(sender, choices, via="email", origin=origin, reply=True)
+            return service.request(
+                sender, choices, via="email", origin=origin, reply=True, by_email=True
+            )
         if command.name == "unsubscribe":
             return service.request_unsubscribe(sender)
         return service.reply_info(sender, command.name)
@@ -123,7 +185,13 @@ class InboundHandler:
         loop = asyncio.get_running_loop()
         try:
             outcome = await loop.run_in_executor(
-                None, handle_message, self.service, data, envelope.mail_from or "", peer
+                None,
+                handle_message,
+                self.service,
+                data,
+                envelope.mail_from or "",
+                peer,
+                self.settings,
             )
         except NewsletterError as e:
             log.warning("inbound: could not answer: %s", e)

@@ -110,6 +110,8 @@ class Subscriber:
     frequency: Frequency = Frequency.DAILY
     confirmed: datetime | None = None
     """When the person confirmed (double opt-in); ``None`` for operator-added subscribers."""
+    status_changed: datetime | None = None
+    """When ``status`` last changed (subscribed, paused, unsubscribed, suppressed)."""
 
 
 @dataclass(frozen=True, slots=True)

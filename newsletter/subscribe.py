@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, parseaddr
@@ -64,7 +66,21 @@ class Outcome(StrEnum):
     NOT_SUBSCRIBED_SENT = "not_subscribed_sent"
     REPLY_SENT = "reply_sent"
     LIMITED = "limited"
-    """The address had too many mails recently: nothing was sent."""
+    """The address (or the sending host) had too many requests recently: nothing was sent."""
+
+
+LIVE = (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED)
+"""The statuses that get (or, paused, will get) digests."""
+
+
+class LinkUsed(TokenError):
+    """A confirmation link that was used already, or was issued before the address's
+    subscription last changed (it unsubscribed, was suppressed or erased since): it confirms
+    nothing. ``subscribed`` says whether the address is subscribed now."""
+
+    def __init__(self, message: str, *, subscribed: bool) -> None:
+        super().__init__(message)
+        self.subscribed = subscribed
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +117,72 @@ def parse_address(value: str) -> str:
         return normalize_address(value)
     except InvalidAddress as e:
         raise InvalidRequest("email", str(e)) from e
+
+
+def mailbox(address: str) -> str:
+    """The mailbox an address reaches, for rate limits: the local part without its ``+tag``,
+    case-folded (``Bomb+1@Example.org`` and ``bomb+2@example.org`` are one mailbox)."""
+    local, _, domain = address.rpartition("@")
+    return f"{local.split('+', 1)[0] or local}@{domain}".casefold()
+
+
+def client_network(client: str) -> str:
+    """The network a client address is counted under: an IPv6 address by its /64 (one
+    subscriber line or host gets a whole /64), an IPv4 one (or IPv4-mapped IPv6) by itself."""
+    try:
+        ip = ipaddress.ip_address(client.strip().split("%", 1)[0])
+    except ValueError:
+        return client
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def forgotten_key(secret: str, address: str) -> str:
+    """The keyed hash an erased address leaves in the store (letter case ignored)."""
+    return hmac.new(
+        secret.encode(), b"forgotten:" + address.casefold().encode(), "sha256"
+    ).hexdigest()
+
+
+def consent_block(
+    config: Config, store: Store, address: str, key: Callable[[str], str] | None = None
+) -> str | None:
+    """Why the operator (``subscribers add``, ``import``, the config's ``subscribers:``) may
+    not make ``address`` a subscriber: it unsubscribed, was suppressed or erased, and only a
+    fresh confirmation by email from it can change that. ``None`` when nothing stands in the
+    way. The message names the address, since when, and what to do.
+
+    ``key`` makes the erased-address hash (default: from the config's secret key, read only
+    when some address was ever erased).
+    """
+    reason = None
+    for sub in store.said_no(address):
+        since = f" on {sub.status_changed:%Y-%m-%d}" if sub.status_changed else ""
+        reason = f"{sub.email}: {sub.status.value}{since}; stays {sub.status.value}"
+        break
+    if reason is None and store.any_forgotten():
+        hashed = key(address) if key else forgotten_key(config.secret_key(), address)
+        erased = store.forgotten_at(hashed)
+        if erased is not None:
+            reason = f"{address}: erased (--forget) on {erased:%Y-%m-%d}; not added back"
+    if reason is None:
+        return None
+    base = config.settings.sender.base_url
+    return (
+        f"{reason} until they confirm by email (they subscribe again at {base}/subscribe, or "
+        f"mail them a link: newsletter subscribers invite {address} --topic NAME)"
+    )
+
+
+def _history(consent: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every consent event of a record (the record itself when it has no history)."""
+    if not consent:
+        return []
+    history = consent.get("history")
+    return [h for h in history if isinstance(h, dict)] if isinstance(history, list) else [consent]
 
 
 # ---------------------------------------------------------------------------- email commands
@@ -193,18 +275,39 @@ class Subscriptions:
 
     # ------------------------------------------------------------ rate limits
 
+    def _keyed(self, kind: str, value: str) -> str:
+        digest = hmac.new(self.secret.encode(), value.encode(), hashlib.sha256)
+        return f"{kind}:" + digest.hexdigest()[:40]
+
     def _address_key(self, address: str) -> str:
-        digest = hmac.new(self.secret.encode(), address.lower().encode(), hashlib.sha256)
-        return "addr:" + digest.hexdigest()[:40]
+        return self._keyed("addr", mailbox(address))
+
+    def _confirm_key(self, address: str) -> str:
+        return self._keyed("confirm", mailbox(address))
+
+    def forgotten_key(self, address: str) -> str:
+        """The keyed hash an erased address leaves in the store (letter case ignored)."""
+        return forgotten_key(self.secret, address)
 
     def allow_client(self, client: str) -> bool:
-        """Count one subscription request from a client address (IP); False when over the limit."""
+        """Count one subscription request from a client address (IP; IPv6 by /64); False when
+        over ``web.rate_limit.per_ip`` per ``per_ip_window``."""
         rl = self.settings.web.rate_limit
         return self.store.hit_rate(
-            f"ip:{client}"[:120],
+            f"ip:{client_network(client)}"[:120],
             self.now(),
             window=timedelta(seconds=rl.per_ip_window),
             limit=rl.per_ip,
+        )
+
+    def allow_inbound(self, per_hour: int | None = None) -> bool:
+        """Count one answered email command, from anyone; False when over ``per_hour``
+        (default ``inbound.max_per_hour``)."""
+        return self.store.hit_rate(
+            "inbound:all",
+            self.now(),
+            window=timedelta(hours=1),
+            limit=per_hour or self.settings.inbound.max_per_hour,
         )
 
     def _allow_mail(self, address: str) -> bool:
@@ -214,6 +317,15 @@ class Subscriptions:
             self.now(),
             window=timedelta(seconds=rl.per_address_window),
             limit=rl.per_address,
+        )
+
+    def _allow_email_confirmation(self, address: str) -> bool:
+        rl = self.settings.web.rate_limit
+        return self.store.hit_rate(
+            self._confirm_key(address),
+            self.now(),
+            window=timedelta(seconds=rl.per_address_window),
+            limit=rl.email_confirmations_per_address,
         )
 
     # ------------------------------------------------------------ links
@@ -239,27 +351,60 @@ class Subscriptions:
             return None  # erased, or the id now belongs to someone else
         return sub
 
+    def view_for(self, token: str) -> tuple[Subscriber | None, date]:
+        """The subscriber and day a "view in browser" token names; ``None`` when the address
+        it was made for is no longer that subscriber's (erased; the id is someone else's).
+
+        Raises :class:`TokenError` for a tampered, foreign or expired token.
+        """
+        data, signed = self.tokens.read_signed(Purpose.VIEW, token)
+        try:
+            sid = data["s"]
+            day = date.fromisoformat(data["d"])
+            if not isinstance(sid, int):
+                raise TypeError(sid)
+        except (KeyError, TypeError, ValueError) as e:
+            raise TokenError("this link is not valid") from e
+        sub = self.store.subscriber_by_id(sid)
+        if sub is None:
+            return None, day
+        if "e" in data:
+            return (sub if sub.email == data["e"] else None), day
+        # A link made before view links named the address: good only if this subscriber
+        # already existed when it was signed (an id reused later belongs to someone else).
+        return (sub if sub.created < signed + timedelta(seconds=1) else None), day
+
     # ------------------------------------------------------------ requests
 
     def request(
-        self, email: str, choices: Choices, *, via: str, origin: str, reply: bool = False
+        self,
+        email: str,
+        choices: Choices,
+        *,
+        via: str,
+        origin: str,
+        reply: bool = False,
+        by_email: bool = False,
     ) -> Outcome:
         """Someone asks to subscribe ``email``: mail a confirmation link, or a manage link.
 
-        Nothing about the address is stored (only a keyed hash for the per-address limit).
+        Nothing about the address is stored (only keyed hashes for the per-address limits).
+        ``by_email``: an email command, whose From can be forged: at most
+        ``email_confirmations_per_address`` confirmation mails per address per window.
         Raises :class:`InvalidRequest` for a bad address, ``DeliveryError``/``RelayError`` when
         the mail cannot be handed over.
         """
         address = parse_address(email)
+        existing = self.store.get_subscriber(address)
+        live = existing is not None and existing.status in LIVE
+        if by_email and not live and not self._allow_email_confirmation(address):
+            log.warning("email command: a confirmation for this address was sent already; dropped")
+            return Outcome.LIMITED
         if not self._allow_mail(address):
             log.info("subscription request for an address over its limit; nothing sent")
             return Outcome.LIMITED
         now = self.now()
-        existing = self.store.get_subscriber(address)
-        if existing is not None and existing.status in (
-            SubscriberStatus.ACTIVE,
-            SubscriberStatus.PAUSED,
-        ):
+        if existing is not None and live:
             self._send(
                 address,
                 "Your subscription",
@@ -277,6 +422,7 @@ class Subscriptions:
             "r": now.isoformat(),
             "v": via,
             "o": origin[:200],
+            "n": secrets.token_urlsafe(9),  # this link's id: it confirms once
         }
         link = (
             f"{self.settings.sender.base_url}/confirm/{self.tokens.make(Purpose.CONFIRM, payload)}"
@@ -291,15 +437,45 @@ class Subscriptions:
         )
         return Outcome.CONFIRM_SENT
 
-    def confirm(self, token: str, *, origin: str) -> Subscriber:
-        """Follow a confirmation link: the subscriber becomes active with what they chose.
-
-        Idempotent: confirming twice, or after changing things on the manage page, changes
-        nothing. Raises :class:`TokenError` for a bad or expired link.
-        """
+    def check_confirmation(self, token: str) -> dict[str, Any]:
+        """Read a confirmation link without using it; raises :class:`TokenError` for a bad or
+        expired link and :class:`LinkUsed` for one that can confirm nothing any more."""
         data = self.tokens.read(
             Purpose.CONFIRM, token, max_age=timedelta(days=self.settings.web.confirm_days)
         )
+        if not isinstance(data, dict):
+            raise TokenError("this link is not valid")
+        try:
+            address = parse_address(str(data["e"]))
+            requested = datetime.fromisoformat(str(data["r"]))
+        except (KeyError, TypeError, ValueError, InvalidRequest) as e:
+            raise TokenError("this link is not valid") from e
+        nonce = data.get("n")
+        existing = self.store.get_subscriber(address)
+        if existing is not None:
+            subscribed = existing.status in LIVE
+            history = _history(self.store.consent_record(existing.id))
+            if nonce is not None and any(h.get("link") == nonce for h in history):
+                raise LinkUsed("this link was used already", subscribed=subscribed)
+            changed = existing.status_changed
+            if changed is not None and changed > requested:
+                raise LinkUsed(
+                    "this link was sent before the subscription last changed", subscribed=subscribed
+                )
+        else:
+            erased = self.store.forgotten_at(self.forgotten_key(address))
+            if erased is not None and erased > requested:
+                raise LinkUsed("this link was sent before the address was erased", subscribed=False)
+        return data
+
+    def confirm(self, token: str, *, origin: str) -> Subscriber:
+        """Follow a confirmation link: the subscriber becomes active with what they chose.
+
+        A link confirms once: using it again, or after the address unsubscribed, was
+        suppressed or erased, raises :class:`LinkUsed` and changes nothing. Raises
+        :class:`TokenError` for a bad or expired link.
+        """
+        data = self.check_confirmation(token)
         try:
             address = parse_address(str(data["e"]))
             requested = datetime.fromisoformat(str(data["r"]))
@@ -307,14 +483,6 @@ class Subscriptions:
             choices = self.choices(known, data["z"], data["h"], data["f"])
         except (KeyError, TypeError, ValueError, InvalidRequest) as e:
             raise TokenError("this link is not valid") from e
-        existing = self.store.get_subscriber(address)
-        if (
-            existing is not None
-            and existing.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED)
-            and existing.confirmed is not None
-            and existing.confirmed >= requested
-        ):
-            return existing
         now = self.now()
         consent = {
             "how": str(data.get("v", "web")),
@@ -324,6 +492,7 @@ class Subscriptions:
             "confirmed": now.isoformat(),
             "confirmed_from": origin[:200],
             "topics": list(choices.topics),
+            "link": str(data.get("n", "")),
         }
         sub, _ = self.store.confirm_subscriber(
             address,
@@ -334,11 +503,15 @@ class Subscriptions:
             now=now,
             consent=consent,
         )
+        self.store.unforget(self.forgotten_key(address))
         log.info("subscriber %s confirmed (%s)", sub.id, consent["how"])
         return sub
 
-    def update(self, subscriber: Subscriber, choices: Choices, *, paused: bool) -> Subscriber:
-        """Save the manage page's form. Raises :class:`SubscriberError` if they unsubscribed."""
+    def update(
+        self, subscriber: Subscriber, choices: Choices, *, paused: bool, name: str | None = None
+    ) -> Subscriber:
+        """Save every preference: topics, timezone, hour, frequency, pause (and the display
+        name, unless ``None``). Raises :class:`SubscriberError` if they unsubscribed."""
         got = self.store.update_preferences(
             subscriber.id,
             topics=choices.topics,
@@ -346,6 +519,8 @@ class Subscriptions:
             frequency=choices.frequency,
             paused=paused,
             now=self.now(),
+            timezone=choices.timezone,
+            name=name,
         )
         if got is None:
             raise SubscriberError(
@@ -399,10 +574,22 @@ class Subscriptions:
         return Outcome.REPLY_SENT
 
     def forget(self, email: str) -> bool:
-        """Erase a person: their subscriber row, history, and rate-limit entries."""
+        """Erase a person: their subscriber row, history, and rate-limit entries.
+
+        What stays is a keyed hash of the address and the time (``forgotten``): the operator's
+        CLI, an import or the config cannot add the address back; only a confirmation by email
+        from the address can (it drops the hash again).
+        """
         address = parse_address(email)
         self.store.forget_rate(self._address_key(address))
-        return self.store.remove_subscriber(address)
+        self.store.forget_rate(self._confirm_key(address))
+        return self.store.remove_subscriber(
+            address, forgotten=(self.forgotten_key(address), self.now())
+        )
+
+    def blocked(self, address: str) -> str | None:
+        """See :func:`consent_block`."""
+        return consent_block(self.config, self.store, address, self.forgotten_key)
 
     # ------------------------------------------------------------ mail
 

@@ -85,15 +85,29 @@ class Tokens:
         return str(self._serializer(purpose).dumps(payload))
 
     def read(self, purpose: Purpose, token: str, max_age: timedelta | None = None) -> Any:
+        return self.read_signed(purpose, token, max_age)[0]
+
+    def read_signed(
+        self, purpose: Purpose, token: str, max_age: timedelta | None = None
+    ) -> tuple[Any, datetime]:
+        """The payload and when the token was signed (to the second)."""
         age = max_age or MAX_AGE[purpose]
         serializer = self._serializer(purpose)
         try:
-            return serializer.loads(token, max_age=int(age.total_seconds()))
+            payload, signed_at = serializer.loads(
+                token, max_age=int(age.total_seconds()), return_timestamp=True
+            )
+            return payload, signed_at
         except SignatureExpired as e:
             signed = e.date_signed
             ahead = None if signed is None else signed - self._now()
-            if ahead is not None and e.payload is not None and timedelta(0) < ahead <= CLOCK_SKEW:
-                return serializer.load_payload(e.payload)  # made by a machine a bit ahead
+            if (
+                signed is not None
+                and ahead is not None
+                and e.payload is not None
+                and timedelta(0) < ahead <= CLOCK_SKEW
+            ):
+                return serializer.load_payload(e.payload), signed  # made by a machine a bit ahead
             raise TokenError("this link has expired", expired=True) from e
         except BadSignature as e:
             raise TokenError("this link is not valid") from e

@@ -188,8 +188,25 @@ class Store:
         from alembic import command
 
         try:
-            with self.engine.begin() as conn:
-                command.upgrade(self._alembic_config(conn), revision)
+            with self.engine.connect() as conn:
+                sqlite = self.dialect == "sqlite"
+                if sqlite:  # a rebuilt table is dropped: that must not cascade to its children
+                    conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                    conn.commit()
+                try:
+                    with conn.begin():
+                        command.upgrade(self._alembic_config(conn), revision)
+                        if sqlite:
+                            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                            if broken:
+                                raise StoreError(
+                                    f"migrating {self._safe_url()} would break references: "
+                                    f"{broken[:5]}; nothing was changed"
+                                )
+                finally:
+                    if sqlite:
+                        conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                        conn.commit()
         except OperationalError as e:
             raise StoreError(f"cannot open the database {self._safe_url()}: {e.orig}") from e
 
@@ -499,8 +516,14 @@ class Store:
             )
             return res.rowcount == 1
 
-    def remove_subscriber(self, email: str) -> bool:
-        """Delete a subscriber and everything recorded about them."""
+    def remove_subscriber(
+        self, email: str, *, forgotten: tuple[str, datetime] | None = None
+    ) -> bool:
+        """Delete a subscriber and everything recorded about them.
+
+        ``forgotten``: a keyed hash of the address and the time, kept in ``forgotten`` so the
+        address is not added back without a fresh confirmation (see :meth:`forgotten_at`).
+        """
         with self.engine.begin() as conn:
             sid = conn.execute(
                 select(t.subscribers.c.id).where(t.subscribers.c.email == email)
@@ -510,7 +533,45 @@ class Store:
             for table in (t.sent_papers, t.subscriptions, t.editions):
                 conn.execute(delete(table).where(table.c.subscriber_id == sid))
             conn.execute(delete(t.subscribers).where(t.subscribers.c.id == sid))
+            if forgotten is not None:
+                key, at = forgotten
+                conn.execute(delete(t.forgotten).where(t.forgotten.c.hash == key))
+                conn.execute(t.forgotten.insert().values(hash=key, at=at))
             return True
+
+    def forgotten_at(self, key: str) -> datetime | None:
+        """When the address with this keyed hash was erased, or ``None``."""
+        with self.engine.connect() as conn:
+            at: datetime | None = conn.execute(
+                select(t.forgotten.c.at).where(t.forgotten.c.hash == key)
+            ).scalar()
+            return at
+
+    def any_forgotten(self) -> bool:
+        """Whether any address was ever erased (and not confirmed again since)."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(t.forgotten.c.hash).limit(1)).first() is not None
+
+    def unforget(self, key: str) -> None:
+        """Drop an erased address's hash: it confirmed again, and is a subscriber once more."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.forgotten).where(t.forgotten.c.hash == key))
+
+    def said_no(self, email: str) -> list[Subscriber]:
+        """The unsubscribed or suppressed subscribers whose address is ``email`` but for letter
+        case (found through the status index: those are few)."""
+        gone = [SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.SUPPRESSED.value]
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.subscribers)
+                .where(
+                    t.subscribers.c.status.in_(gone),
+                    func.lower(t.subscribers.c.email) == func.lower(email),
+                )
+                .order_by(t.subscribers.c.id)
+            ).all()
+            topics = self._topics_for(conn, [r.id for r in rows])
+        return [_subscriber(r, topics.get(r.id, ())) for r in rows]
 
     def get_subscriber(self, email: str) -> Subscriber | None:
         with self.engine.connect() as conn:
@@ -614,10 +675,12 @@ class Store:
         now: datetime,
         consent: dict[str, Any],
         name: str = "",
+        status: SubscriberStatus = SubscriberStatus.ACTIVE,
     ) -> tuple[Subscriber, bool]:
         """Make ``email`` an active, confirmed subscriber with these choices (insert or update).
 
-        The consent record is appended to the subscriber's history (``consent["history"]``), so
+        ``status``: an import keeps a row's paused, unsubscribed or suppressed state. The
+        consent record is appended to the subscriber's history (``consent["history"]``), so
         a re-subscription keeps the earlier ones. The bool says whether the row was created.
         """
         with self.engine.begin() as conn:
@@ -627,7 +690,7 @@ class Store:
                 )
             ).first()
             values: dict[str, Any] = {
-                "status": SubscriberStatus.ACTIVE.value,
+                "status": status.value,
                 "status_changed": now,
                 "timezone": timezone,
                 "send_hour": send_hour,
@@ -671,8 +734,11 @@ class Store:
         frequency: Frequency,
         paused: bool,
         now: datetime,
+        timezone: str | None = None,
+        name: str | None = None,
     ) -> Subscriber | None:
-        """Save a subscriber's choices from the manage page; pausing keeps everything else.
+        """Save a subscriber's choices (manage page, API, ``subscribers set``); pausing keeps
+        everything else. ``timezone`` and ``name`` are left as they are when ``None``.
 
         Only an active or paused subscriber can be changed; returns ``None`` otherwise.
         """
@@ -684,6 +750,10 @@ class Store:
             if status not in live:
                 return None
             values: dict[str, Any] = {"send_hour": send_hour, "frequency": frequency.value}
+            if timezone is not None:
+                values["timezone"] = timezone
+            if name is not None:
+                values["name"] = name
             wanted = (SubscriberStatus.PAUSED if paused else SubscriberStatus.ACTIVE).value
             if wanted != status:
                 values.update(status=wanted, status_changed=now)
@@ -1774,6 +1844,7 @@ def _subscriber(r: Any, topics: tuple[str, ...]) -> Subscriber:
         send_hour=r.send_hour,
         frequency=Frequency(r.frequency),
         confirmed=r.confirmed,
+        status_changed=r.status_changed,
     )
 
 

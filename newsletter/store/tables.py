@@ -115,8 +115,21 @@ subscribers = Table(
     Column("send_hour", Integer),
     Column("frequency", String(10), nullable=False, server_default="daily"),
     Column("confirmed", UTCDateTime),
+    # AUTOINCREMENT (migration 0006): SQLite never hands a deleted subscriber's id to another
+    # one, so nothing keyed by an old id (a link, a log line) can reach a new person.
+    sqlite_autoincrement=True,
 )
 Index("ix_subscribers_status", subscribers.c.status)
+
+# Addresses erased with ``subscribers remove --forget``: only a keyed hash (HMAC with the
+# secret key) and when, so the operator's CLI, an import or the config's ``subscribers:`` list
+# cannot add the person back without a fresh confirmation from the address (migration 0006).
+forgotten = Table(
+    "forgotten",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+)
 
 # One row per counted request (subscribe by web, API or email), for rate limits shared by every
 # process. ``key`` is "ip:<address>" or "addr:<keyed hash of the email address>".

@@ -15,9 +15,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.models import Subscriber
-from newsletter.subscribe import InvalidRequest
+from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
 from newsletter.web.archive import archivable, trending_on
 from newsletter.web.context import WebContext, public_url, web_context
@@ -53,11 +54,15 @@ class PreferencesIn(_In):
     send_hour: int | None = Field(default=None, ge=0, le=23)
     frequency: Literal["daily", "weekly"] = "daily"
     paused: bool = False
-    timezone: str | None = Field(default=None, max_length=64)
+    timezone: str | None = Field(default=None, max_length=64, examples=["Europe/Berlin"])
+    """Left as it is when absent."""
+    name: str | None = Field(default=None, max_length=200)
+    """Display name; left as it is when absent."""
 
 
 class SubscriptionOut(BaseModel):
     email: str
+    name: str
     status: str
     topics: list[str]
     timezone: str
@@ -106,6 +111,7 @@ def problem(status: int, detail: str, field: str | None = None) -> JSONResponse:
 def out(sub: Subscriber) -> SubscriptionOut:
     return SubscriptionOut(
         email=sub.email,
+        name=sub.name,
         status=sub.status.value,
         topics=list(sub.topics),
         timezone=sub.timezone,
@@ -159,13 +165,25 @@ def subscribe(
     return Accepted()
 
 
-@router.post("/confirm", response_model=SubscriptionOut, responses=_ERRORS)
+@router.post(
+    "/confirm",
+    response_model=SubscriptionOut,
+    responses={
+        **_ERRORS,
+        409: {"model": Problem, "description": "The link was used already, or is stale"},
+    },
+)
 def confirm(
     body: ConfirmIn, request: Request, ctx: WebContext = Ctx
 ) -> SubscriptionOut | JSONResponse:
-    """Confirm a subscription with the token from the confirmation link."""
+    """Confirm a subscription with the token from the confirmation link.
+
+    A link confirms once, and never after the address unsubscribed (409).
+    """
     try:
         sub = ctx.service.confirm(body.token, origin=f"api {client_address(request)}")
+    except LinkUsed as e:
+        return problem(409, str(e), "token")
     except TokenError as e:
         return problem(400, str(e), "token")
     return out(sub)
@@ -200,7 +218,7 @@ def get_subscription(token: str, ctx: WebContext = Ctx) -> SubscriptionOut | JSO
 def put_subscription(
     token: str, body: PreferencesIn, ctx: WebContext = Ctx
 ) -> SubscriptionOut | JSONResponse:
-    """Change topics, hour, frequency, or pause, by the token of the manage link."""
+    """Change topics, timezone, hour, frequency, name, or pause, by the manage link's token."""
     sub = _manage(ctx, token)
     if isinstance(sub, JSONResponse):
         return sub
@@ -208,7 +226,13 @@ def put_subscription(
         choices = ctx.service.choices(
             body.topics, body.timezone or sub.timezone, body.send_hour, body.frequency
         )
-        return out(ctx.service.update(sub, choices, paused=body.paused))
+        name = None
+        if body.name is not None:
+            try:
+                name = normalize_name(body.name)
+            except InvalidAddress as e:
+                raise InvalidRequest("name", str(e)) from e
+        return out(ctx.service.update(sub, choices, paused=body.paused, name=name))
     except InvalidRequest as e:
         return problem(400, e.reason, e.field)
     except SubscriberError as e:

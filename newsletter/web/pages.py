@@ -8,17 +8,18 @@ clients send from the ``List-Unsubscribe`` header.
 from __future__ import annotations
 
 import logging
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import DigestLinks
-from newsletter.subscribe import InvalidRequest
+from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
 from newsletter.web.archive import archivable, render_sent_edition, trending_on
 from newsletter.web.context import WebContext, web_context
@@ -54,6 +55,23 @@ def message(ctx: WebContext, title: str, text: str, status: int, **extra: Any) -
 
 
 def token_problem(ctx: WebContext, e: TokenError, what: str) -> HTMLResponse:
+    if isinstance(e, LinkUsed):
+        if e.subscribed:  # a second click: harmless, but the link hands out nothing
+            return message(
+                ctx,
+                "You are already subscribed",
+                "This confirmation link was used already. Every digest has a link to manage "
+                "your subscription.",
+                200,
+            )
+        return message(
+            ctx,
+            "This link can no longer be used",
+            "This confirmation link was sent before the subscription ended. If you want the "
+            "digest again, subscribe again: we will mail you a new link.",
+            400,
+            subscribe_link=True,
+        )
     if e.expired:
         return message(
             ctx,
@@ -191,14 +209,10 @@ def _subscribe_sync(
 @router.get("/confirm/{token}", response_class=HTMLResponse)
 def confirm_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     try:
-        ctx.service.tokens.read(Purpose.CONFIRM, token, max_age=_confirm_age(ctx))
+        ctx.service.check_confirmation(token)
     except TokenError as e:
         return token_problem(ctx, e, "confirmation")
     return page(ctx, "confirm.html", token=token)
-
-
-def _confirm_age(ctx: WebContext) -> timedelta:
-    return timedelta(days=ctx.config.settings.web.confirm_days)
 
 
 @router.post("/confirm/{token}", response_class=HTMLResponse)
@@ -233,6 +247,7 @@ def _manage_form(
         subscriber=sub,
         token=token,
         topics=ctx.config.settings.topics,
+        timezones=ctx.timezones,
         links=ctx.service.links(sub),
         saved=saved,
         error=error,
@@ -241,6 +256,13 @@ def _manage_form(
     )
     set_csrf_cookie(request, response, cookie)
     return response
+
+
+def _name(value: str) -> str:
+    try:
+        return normalize_name(value)
+    except InvalidAddress as e:
+        raise InvalidRequest("name", str(e)) from e
 
 
 def _manage_subscriber(ctx: WebContext, token: str) -> Subscriber:
@@ -294,11 +316,12 @@ def _manage_sync(
     try:
         choices = ctx.service.choices(
             [str(t) for t in topics],
-            sub.timezone if not form.get("timezone") else str(form["timezone"]),
+            str(form.get("timezone") or "") or sub.timezone,
             _int_or_none(form.get("send_hour")),
             str(form.get("frequency") or "daily"),
         )
-        ctx.service.update(sub, choices, paused=bool(form.get("paused")))
+        name = None if "name" not in form else _name(str(form["name"]))
+        ctx.service.update(sub, choices, paused=bool(form.get("paused")), name=name)
     except InvalidRequest as e:
         return _manage_form(ctx, request, token, sub, error=e.reason, status=400)
     except SubscriberError as e:
@@ -335,21 +358,14 @@ def unsubscribe_now(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
 @router.get("/archive/view/{token}", response_class=HTMLResponse)
 def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     try:
-        data = ctx.service.tokens.read(Purpose.VIEW, token)
-        sid = data["s"]
-        day = date.fromisoformat(data["d"])
-        if not isinstance(sid, int):
-            raise TypeError(sid)
+        sub, day = ctx.service.view_for(token)
     except TokenError as e:
         return token_problem(ctx, e, "view-in-browser")
-    except (KeyError, TypeError, ValueError):
-        return token_problem(ctx, TokenError("not valid"), "view-in-browser")
-    sub = ctx.store.subscriber_by_id(sid)
-    links = None
+    html = None
     if sub is not None:
         own = ctx.service.links(sub)
         links = DigestLinks(unsubscribe=own.unsubscribe, manage=own.manage)
-    html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sid, day, links)
+        html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sub.id, day, links)
     if html is None:
         return message(ctx, "No such digest", "This digest is not in the archive.", 404)
     response = HTMLResponse(html)

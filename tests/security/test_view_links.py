@@ -1,0 +1,141 @@
+"""Issue 16, item 7: a "view in browser" link names the subscriber's address, as manage and
+unsubscribe links do, and subscriber ids are never reused (SQLite AUTOINCREMENT, migration
+0006; PostgreSQL's serial). An erased subscriber's old link never shows the next subscriber's
+digest. Real fetch and send through a real SMTP server, the real app, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select, text
+
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.edition import run_send
+from newsletter.ingest import run_fetch
+from newsletter.store import Store
+from newsletter.store import tables as t
+from newsletter.subscribe import Subscriptions
+from newsletter.tokens import Purpose
+from tests.conftest import SmtpServer
+from tests.web.conftest import BASE, Clock, body_text
+
+
+def view_link(smtp: SmtpServer, email: str) -> str:
+    [digest] = [m for m in smtp.messages_to(email) if m["List-Id"]]
+    m = re.search(rf"{re.escape(BASE)}(/archive/view/\S+)", body_text(digest))
+    assert m, "no view-in-browser link in the digest"
+    return m.group(1)
+
+
+def test_an_erased_subscribers_view_link_never_shows_the_next_subscribers_digest(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+    clock: Clock,
+) -> None:
+    clock.t = utcnow()  # digests sign their links on the real clock
+    web_store.add_subscriber("ada@example.org", topics=["gpu-kernels"], now=clock())
+    run_fetch(web_config, web_store, clock())
+    assert run_send(web_config, web_store, clock()).sent == 1
+    old = view_link(smtp_server, "ada@example.org")
+    assert client.get(old).status_code == 200
+    ada = web_store.get_subscriber("ada@example.org")
+    assert ada is not None and service.forget("ada@example.org")
+
+    web_store.add_subscriber("bob@example.org", topics=["gpu-kernels"], now=clock())
+    assert run_send(web_config, web_store, clock()).sent == 1
+    r = client.get(old)
+    assert r.status_code == 404 and "bob@example.org" not in r.text
+    assert "/manage/" not in r.text and "/unsubscribe/" not in r.text
+    bob = web_store.get_subscriber("bob@example.org")
+    assert bob is not None and bob.id > ada.id  # never the erased subscriber's id
+    mine = client.get(view_link(smtp_server, "bob@example.org"))
+    assert mine.status_code == 200 and "CUDA-L1" in mine.text and "/manage/" in mine.text
+
+
+def test_links_made_before_they_named_the_address_hold_only_for_their_subscriber(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+    clock: Clock,
+) -> None:
+    clock.t = utcnow()
+    web_store.add_subscriber("ada@example.org", topics=["gpu-kernels"], now=clock())
+    run_fetch(web_config, web_store, clock())
+    assert run_send(web_config, web_store, clock()).sent == 1
+    [day] = web_store.sent_edition_dates(5)
+    ada = web_store.get_subscriber("ada@example.org")
+    assert ada is not None
+    legacy = service.tokens.make(Purpose.VIEW, {"s": ada.id, "d": day.isoformat()})
+    assert client.get(f"/archive/view/{legacy}").status_code == 200  # still good for Ada
+    assert service.forget("ada@example.org")
+
+    clock.advance(seconds=2)  # before migration 0006, SQLite gave the next one Ada's id
+    with web_store.engine.begin() as conn:
+        conn.execute(
+            t.subscribers.insert().values(
+                id=ada.id,
+                email="bob@example.org",
+                name="",
+                status="active",
+                timezone="UTC",
+                created=clock(),
+                status_changed=clock(),
+                permanent_failures=0,
+            )
+        )
+        conn.execute(t.subscriptions.insert().values(subscriber_id=ada.id, topic="gpu-kernels"))
+    assert run_send(web_config, web_store, clock()).sent == 1
+    assert client.get(f"/archive/view/{legacy}").status_code == 404
+    bobs = service.tokens.make(Purpose.VIEW, {"s": ada.id, "d": day.isoformat()})
+    assert client.get(f"/archive/view/{bobs}").status_code == 200
+
+
+def test_migration_0006_keeps_every_row_and_stops_id_reuse(
+    web_config: Config, smtp_server: SmtpServer
+) -> None:
+    store = Store(web_config.database_url)
+    try:
+        store.upgrade("0005")
+        now = utcnow()
+        for who in ("ada", "bob", "cyd"):
+            store.add_subscriber(f"{who}@example.org", topics=["gpu-kernels", "rendering"], now=now)
+        run_fetch(web_config, store, now)
+        assert run_send(web_config, store, now).sent == 3
+        assert store.remove_subscriber("cyd@example.org")  # the highest id, gone before 0006
+
+        def counts() -> dict[str, int]:
+            with store.engine.connect() as conn:
+                return {
+                    table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
+                    for table in (t.subscribers, t.subscriptions, t.editions, t.sent_papers)
+                }
+
+        before = counts()
+        assert before["sent_papers"] > 0 and before["subscriptions"] == 4
+        store.upgrade()
+        assert store.current_revision() == "0006"
+        assert counts() == before  # nothing cascaded away with the rebuilt table
+        if store.dialect == "sqlite":
+            with store.engine.connect() as conn:
+                ddl = conn.execute(
+                    text("select sql from sqlite_master where name = 'subscribers'")
+                ).scalar_one()
+                assert "AUTOINCREMENT" in ddl
+                assert conn.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
+        bob = store.get_subscriber("bob@example.org")
+        assert bob is not None and store.remove_subscriber("bob@example.org")
+        later = datetime.now(UTC) + timedelta(seconds=1)
+        dan, created = store.add_subscriber("dan@example.org", topics=["rendering"], now=later)
+        assert created and dan.id > bob.id
+        assert store.get_subscriber("ada@example.org") is not None
+        assert store.subscriber_by_id(bob.id) is None
+    finally:
+        store.close()
