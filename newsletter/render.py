@@ -17,7 +17,13 @@ message (correct, slow). ``tests/test_render.py`` proves that both paths give th
 Per-paper work is done once per paper per run, whatever the number of subscribers: each
 paper's card (HTML) and text block are rendered once (``{% call once(paper, ...) %}`` in the
 templates) and the excerpt, author list, wrapping and link cleaning are memoized; the reason,
-which differs per subscriber, is rendered per message. The inlined template writes non-ASCII
+which differs per subscriber, is rendered per message.
+
+The "more like this" / "less like this" links are per reader *and* per paper, yet sit inside
+the cached sections: the templates write ``{{ feedback(item, 1) }}``, which renders as a marker
+(a per-renderer random prefix, the paper's id and the vote); once a message is rendered, each
+marker is replaced with that reader's signed link (:meth:`Renderer.render`). Feed text cannot
+forge a marker: it never knows the prefix. The inlined template writes non-ASCII
 characters as references, so the HTML is ASCII (several times faster to join, hash and encode).
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
@@ -29,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
@@ -68,11 +75,18 @@ def shipped_templates_dir() -> Path:
     raise FileNotFoundError(f"no templates folder in {inside} or {checkout}; the install is broken")
 
 
+FeedbackUrl = Callable[[DigestItem, int], str]
+"""One reader's "more like this" (+1) / "less like this" (-1) link for an item of their digest
+(``newsletter.feedback.FeedbackLinks.for_subscriber`` makes them)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DigestLinks:
     unsubscribe: str
     manage: str
     view: str | None = None
+    feedback: FeedbackUrl | None = None
+    """Per-item feedback links; without it the digest shows none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +400,10 @@ class Renderer:
         self.settings = settings
         self.env = make_environment(templates_dir)
         self.html_env = make_environment(templates_dir, ascii_html=True)
+        self._mark = f"fbk{secrets.token_hex(6)}x"
+        self._marks = re.compile(rf"{self._mark}(\d+)([ml])")
+        for env in (self.env, self.html_env):
+            env.globals["feedback"] = self._feedback_mark
         self.html_template = self.env.get_template("digest.html")
         self.text_template = self.env.get_template("digest.txt")
         self.inlined: jinja2.Template | None = None
@@ -425,6 +443,30 @@ class Renderer:
                 text = text.replace("1 new papers", "1 new paper")
         return " ".join(text.split())  # never a CR/LF in a header
 
+    def _feedback_mark(self, item: DigestItem, value: int) -> str:
+        """What ``{{ feedback(item, value) }}`` renders: a marker for :meth:`_fill` to replace."""
+        return f"{self._mark}{item.paper.id}{'m' if value > 0 else 'l'}"
+
+    def _fill(self, rendered: str, digest: Digest, links: DigestLinks, *, html: bool) -> str:
+        """``rendered`` with each feedback marker replaced with the reader's own link."""
+        feedback = links.feedback
+        if feedback is None or self._mark not in rendered:
+            return rendered
+        items = {item.paper.id: item for item in digest.items}
+        done: dict[str, str] = {}
+
+        def link(m: re.Match[str]) -> str:
+            url = done.get(m.group())
+            if url is None:
+                item = items.get(int(m.group(1)))
+                url = "" if item is None else feedback(item, 1 if m.group(2) == "m" else -1)
+                if html:
+                    url = str(markupsafe.escape(safe_url(url)))
+                done[m.group()] = url
+            return url
+
+        return self._marks.sub(link, rendered)
+
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
         sections = [s for s in digest.sections if s.items]
         return {
@@ -437,6 +479,7 @@ class Renderer:
             "preheader": summary_line(digest),
             "topics": digest.topic_titles,
             "links": links,
+            "feedback_on": links.feedback is not None,
             "sender": self.settings.sender,
             "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
             "width": TEXT_WIDTH,
@@ -445,10 +488,11 @@ class Renderer:
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
         ctx = self.context(digest, links)
         if self.inlined is not None:
-            html = self.inlined.render(ctx)
+            html = self._fill(self.inlined.render(ctx), digest, links, html=True)
         else:
-            html = inline_css(self.html_template.render(ctx))
-        text = self.text_template.render(ctx)
+            html = self._fill(self.html_template.render(ctx), digest, links, html=True)
+            html = inline_css(html)
+        text = self._fill(self.text_template.render(ctx), digest, links, html=False)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
 
 
@@ -459,6 +503,7 @@ def _date_label(d: date) -> str:
 __all__ = [
     "DigestItem",
     "DigestLinks",
+    "FeedbackUrl",
     "NotInlinable",
     "RenderedDigest",
     "Renderer",
