@@ -134,13 +134,16 @@ class Ballot:
 class Feedback:
     """Votes from the web pages and the CLI: resolve a token, record, withdraw, list."""
 
-    def __init__(self, store: Store, tokens: Tokens, now: Callable[[], datetime]) -> None:
+    def __init__(self, store: Store, tokens: Tokens | None, now: Callable[[], datetime]) -> None:
         self.store = store
         self.tokens = tokens
+        """``None`` where no link is read (the CLI)."""
         self.now = now
 
     def ballot(self, token: str) -> Ballot:
         """Read a token and look up what it names; changes nothing. Raises :class:`TokenError`."""
+        if self.tokens is None:
+            raise TokenError("no key to check links with")
         req = read_token(self.tokens, token)
         sub = self.store.subscriber_by_id(req.subscriber_id)
         if sub is not None and sub.email != req.email:
