@@ -1184,7 +1184,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
             fail(f"{address} is not a subscriber")
         consent = store.consent_record(sub.id) or {}
         votes = store.votes_of(sub.id)
-    data = {
+    data: dict[str, Any] = {
         "email": sub.email,
         "name": sub.name,
         "status": sub.status.value,
