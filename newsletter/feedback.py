@@ -19,9 +19,8 @@ from datetime import datetime
 from newsletter.errors import StoreError, SubscriberError
 from newsletter.identity import arxiv_id_of
 from newsletter.models import DigestItem, Paper, Subscriber, Vote
-from newsletter.render import FeedbackUrl
 from newsletter.store import Store
-from newsletter.tokens import Purpose, TokenError, Tokens, TokenTail
+from newsletter.tokens import Purpose, TokenError, TokenHead, Tokens, TokenTail
 
 MORE = 1
 LESS = -1
@@ -36,38 +35,44 @@ class FeedbackLinks:
 
     def __init__(self, tokens: Tokens, base_url: str) -> None:
         self._family = tokens.family(Purpose.FEEDBACK)
-        self._prefix = f"{base_url}/feedback/"
+        self.prefix = f"{base_url}/feedback/"
         self._tails: dict[tuple[str, int, str], TokenTail] = {}
 
-    def for_subscriber(self, subscriber: Subscriber) -> FeedbackUrl:
+    def for_subscriber(self, subscriber: Subscriber) -> ReaderLinks:
         head = self._family.head({"s": subscriber.id, "e": subscriber.email})
-        prefix, tails, tail_for = self._prefix, self._tails, self._tail
+        return ReaderLinks(self, head)
 
-        def url(item: DigestItem, value: int) -> str:
-            key = (item.paper.key, value, item.topic)
-            tail = tails.get(key) or tail_for(key)
-            return prefix + head.make(tail)
-
-        return url
-
-    def _tail(self, key: tuple[str, int, str]) -> TokenTail:
-        paper_key, value, topic = key
-        if value not in (MORE, LESS):
-            raise ValueError(f"a vote is +1 or -1, not {value!r}")
-        fields: dict[str, object] = {"p": paper_key, "v": value}
-        if topic:
-            fields["t"] = topic
-        if len(self._tails) >= 65536:  # a long-lived web app: stay bounded
-            self._tails.clear()
-        tail = self._tails[key] = self._family.tail(fields)
+    def tail(self, paper_key: str, value: int, topic: str) -> TokenTail:
+        key = (paper_key, value, topic)
+        tail = self._tails.get(key)
+        if tail is None:
+            if value not in (MORE, LESS):
+                raise ValueError(f"a vote is +1 or -1, not {value!r}")
+            fields: dict[str, object] = {"p": paper_key, "v": value}
+            if topic:
+                fields["t"] = topic
+            if len(self._tails) >= 65536:  # a long-lived web app: stay bounded
+                self._tails.clear()
+            tail = self._tails[key] = self._family.tail(fields)
         return tail
 
 
-def feedback_url(
-    tokens: Tokens, base_url: str, subscriber: Subscriber, item: DigestItem, value: int
-) -> str:
-    """One feedback link (tests, one-off pages); a run uses :class:`FeedbackLinks`."""
-    return FeedbackLinks(tokens, base_url).for_subscriber(subscriber)(item, value)
+class ReaderLinks:
+    """One reader's feedback links (:class:`newsletter.render.FeedbackUrls`)."""
+
+    __slots__ = ("_head", "_links", "prefix")
+
+    def __init__(self, links: FeedbackLinks, head: TokenHead) -> None:
+        self._links = links
+        self._head = head
+        self.prefix = links.prefix
+
+    def token(self, item: DigestItem, value: int) -> str:
+        return self._head.make(self._links.tail(item.paper.key, value, item.topic))
+
+    def url(self, item: DigestItem, value: int) -> str:
+        """``{base_url}/feedback/{token}``: :data:`MORE` (+1) or :data:`LESS` (-1) like this."""
+        return self.prefix + self.token(item, value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,11 @@ templates) and the excerpt, author list, wrapping and link cleaning are memoized
 which differs per subscriber, is rendered per message.
 
 The "more like this" / "less like this" links are per reader *and* per paper, yet sit inside
-the cached sections: the templates write ``{{ feedback(item, 1) }}``, which renders as a marker
-(a per-renderer random prefix, the paper's id and the vote); once a message is rendered, each
-marker is replaced with that reader's signed link (:meth:`Renderer.render`). Feed text cannot
-forge a marker: it never knows the prefix. The inlined template writes non-ASCII
+the cached sections: the templates write ``{{ feedback(item, 1) }}``. Outside a cached fragment
+that is the reader's link; while a fragment is rendered for the cache it is a hole (a marker
+with a per-process random prefix, the paper's id and the vote), and the cache keeps the
+fragment cut at its holes, so each reader's copy is a join of the cached pieces with their own
+links: no pass over the whole message. Feed text cannot forge a hole: it never knows the prefix. The inlined template writes non-ASCII
 characters as references, so the HTML is ASCII (several times faster to join, hash and encode).
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
@@ -37,10 +38,11 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import jinja2
 import markupsafe
@@ -75,9 +77,15 @@ def shipped_templates_dir() -> Path:
     raise FileNotFoundError(f"no templates folder in {inside} or {checkout}; the install is broken")
 
 
-FeedbackUrl = Callable[[DigestItem, int], str]
-"""One reader's "more like this" (+1) / "less like this" (-1) link for an item of their digest
-(``newsletter.feedback.FeedbackLinks.for_subscriber`` makes them)."""
+class FeedbackUrls(Protocol):
+    """One reader's "more like this" (+1) / "less like this" (-1) links for the items of their
+    digest: ``prefix + token(item, value)`` (``newsletter.feedback.FeedbackLinks.for_subscriber``
+    makes them). Tokens are URL-safe as they are, so only the prefix is ever escaped."""
+
+    @property
+    def prefix(self) -> str: ...
+
+    def token(self, item: DigestItem, value: int) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +93,7 @@ class DigestLinks:
     unsubscribe: str
     manage: str
     view: str | None = None
-    feedback: FeedbackUrl | None = None
+    feedback: FeedbackUrls | None = None
     """Per-item feedback links; without it the digest shows none."""
 
 
@@ -142,6 +150,7 @@ def make_environment(
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
     env.globals["once"] = Fragments()
+    env.globals["feedback"] = _feedback
     env.filters["thousands"] = thousands
     env.filters["emphasis"] = _memo(emphasis)
     return env
@@ -159,20 +168,57 @@ def _to_references(text: str) -> str:
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
+_HOLE_MARK = f"fbk{secrets.token_hex(6)}x"
+"""Feedback links inside a cached fragment are written as ``_HOLE_MARK + paper id + m|l``, filled
+in per reader; random per process, so no feed text can pass for one."""
+_HOLE = re.compile(rf"{_HOLE_MARK}(\d+)([ml])")
+_CACHING: ContextVar[int] = ContextVar("newsletter_render_caching", default=0)
+"""How many fragments are being rendered for the cache (in this thread) right now."""
+_READER: ContextVar[Callable[[int, str], str] | None] = ContextVar(
+    "newsletter_render_reader", default=None
+)
+"""The message being rendered: its feedback link for (paper id, ``m`` or ``l``)."""
+
+
+class _Holes:
+    """A cached fragment with the reader's feedback links left out: text, hole, text, ..."""
+
+    __slots__ = ("body", "markup", "parts")
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.markup = isinstance(body, markupsafe.Markup)
+        """Rendered with autoescape: the joined copy is markup too (links come escaped)."""
+        pieces = _HOLE.split(body)  # text, id, kind, text, id, kind, ..., text
+        self.parts: tuple[str | tuple[int, str], ...] = tuple(
+            pieces[i] if i % 3 == 0 else (int(pieces[i]), pieces[i + 1])
+            for i in range(0, len(pieces))
+            if i % 3 != 2
+        )
+
+    def fill(self) -> str:
+        reader = _READER.get()
+        if reader is None or _CACHING.get():  # inside a fragment being cached: keep the holes
+            return self.body
+        joined = "".join(p if type(p) is str else reader(*p) for p in self.parts)
+        return markupsafe.Markup(joined) if self.markup else joined  # noqa: S704 - escaped parts
+
+
 class Fragments:
     """``{% call once(key...) %}body{% endcall %}``: the body rendered once per key, then reused.
 
     The digest templates wrap each topic section in it (keyed by the ``TopicSection``, items and
     reasons included, so a different section is a different key: most readers of a topic get
     the same one) and, inside, each paper's card (keyed by the ``Paper`` itself, so a changed
-    paper is a new key). Only what depends on the key may be inside. Bounded by entries and by
-    characters held: the oldest entries go first.
+    paper is a new key). Only what depends on the key may be inside, except the reader's
+    feedback links: a body with ``feedback(...)`` links is kept with holes in their place,
+    filled per reader. Bounded by entries and by characters held: the oldest entries go first.
     """
 
     def __init__(self, size: int = CACHE_SIZE, max_chars: int = FRAGMENT_CHARS) -> None:
         self.size = size
         self.max_chars = max_chars
-        self._cache: dict[tuple[object, ...], str] = {}
+        self._cache: dict[tuple[object, ...], str | _Holes] = {}
         self._chars = 0
 
     def __call__(self, *key: object, caller: Callable[[], str]) -> str:
@@ -181,13 +227,28 @@ class Fragments:
         except TypeError:  # an unhashable key: no caching
             return caller()
         if hit is None:
-            hit = caller()
+            depth = _CACHING.set(_CACHING.get() + 1)
+            try:
+                body = caller()
+            finally:
+                _CACHING.reset(depth)
+            hit = _Holes(body) if _HOLE_MARK in body else body
             cache = self._cache
-            self._chars += len(hit)
+            self._chars += len(body)
             while cache and (len(cache) >= self.size or self._chars > self.max_chars):
-                self._chars -= len(cache.pop(next(iter(cache))))
+                gone = cache.pop(next(iter(cache)))
+                self._chars -= len(gone.body if isinstance(gone, _Holes) else gone)
             cache[key] = hit
-        return hit
+        return hit.fill() if isinstance(hit, _Holes) else hit
+
+
+def _feedback(item: DigestItem, value: int) -> str:
+    """``{{ feedback(item, 1) }}``: the reader's link, or a hole inside a fragment being cached."""
+    kind = "m" if value > 0 else "l"
+    if _CACHING.get():
+        return f"{_HOLE_MARK}{item.paper.id}{kind}"
+    reader = _READER.get()
+    return "" if reader is None else reader(item.paper.id, kind)
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
@@ -400,10 +461,6 @@ class Renderer:
         self.settings = settings
         self.env = make_environment(templates_dir)
         self.html_env = make_environment(templates_dir, ascii_html=True)
-        self._mark = f"fbk{secrets.token_hex(6)}x"
-        self._marks = re.compile(rf"{self._mark}(\d+)([ml])")
-        for env in (self.env, self.html_env):
-            env.globals["feedback"] = self._feedback_mark
         self.html_template = self.env.get_template("digest.html")
         self.text_template = self.env.get_template("digest.txt")
         self.inlined: jinja2.Template | None = None
@@ -443,29 +500,30 @@ class Renderer:
                 text = text.replace("1 new papers", "1 new paper")
         return " ".join(text.split())  # never a CR/LF in a header
 
-    def _feedback_mark(self, item: DigestItem, value: int) -> str:
-        """What ``{{ feedback(item, value) }}`` renders: a marker for :meth:`_fill` to replace."""
-        return f"{self._mark}{item.paper.id}{'m' if value > 0 else 'l'}"
-
-    def _fill(self, rendered: str, digest: Digest, links: DigestLinks, *, html: bool) -> str:
-        """``rendered`` with each feedback marker replaced with the reader's own link."""
-        feedback = links.feedback
-        if feedback is None or self._mark not in rendered:
-            return rendered
+    @staticmethod
+    def _reader(digest: Digest, feedback: FeedbackUrls) -> tuple[Callable[[int, str], str], ...]:
+        """The message's feedback links by (paper id, ``m``/``l``): for the HTML (prefix made
+        safe and escaped once) and for the text part. Each token is made once, on first use."""
         items = {item.paper.id: item for item in digest.items}
-        done: dict[str, str] = {}
+        tokens: dict[tuple[int, str], str] = {}
+        prefix = feedback.prefix
+        html_prefix = str(markupsafe.escape(safe_url(prefix)))
 
-        def link(m: re.Match[str]) -> str:
-            url = done.get(m.group())
-            if url is None:
-                item = items.get(int(m.group(1)))
-                url = "" if item is None else feedback(item, 1 if m.group(2) == "m" else -1)
-                if html:
-                    url = str(markupsafe.escape(safe_url(url)))
-                done[m.group()] = url
-            return url
+        def token(pid: int, kind: str) -> str:
+            found = tokens.get((pid, kind))
+            if found is None:
+                item = items.get(pid)
+                found = "" if item is None else feedback.token(item, 1 if kind == "m" else -1)
+                tokens[pid, kind] = found
+            return found
 
-        return self._marks.sub(link, rendered)
+        def html(pid: int, kind: str) -> str:
+            return html_prefix + token(pid, kind)
+
+        def text(pid: int, kind: str) -> str:
+            return prefix + token(pid, kind)
+
+        return html, text
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
         sections = [s for s in digest.sections if s.items]
@@ -487,12 +545,19 @@ class Renderer:
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
         ctx = self.context(digest, links)
-        if self.inlined is not None:
-            html = self._fill(self.inlined.render(ctx), digest, links, html=True)
-        else:
-            html = self._fill(self.html_template.render(ctx), digest, links, html=True)
-            html = inline_css(html)
-        text = self._fill(self.text_template.render(ctx), digest, links, html=False)
+        html_links = text_links = None
+        if links.feedback is not None:
+            html_links, text_links = self._reader(digest, links.feedback)
+        reader = _READER.set(html_links)
+        try:
+            if self.inlined is not None:
+                html = self.inlined.render(ctx)
+            else:
+                html = inline_css(self.html_template.render(ctx))
+            _READER.set(text_links)
+            text = self.text_template.render(ctx)
+        finally:
+            _READER.reset(reader)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
 
 
@@ -503,7 +568,7 @@ def _date_label(d: date) -> str:
 __all__ = [
     "DigestItem",
     "DigestLinks",
-    "FeedbackUrl",
+    "FeedbackUrls",
     "NotInlinable",
     "RenderedDigest",
     "Renderer",

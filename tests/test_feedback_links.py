@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_a_family_token_is_an_ordinary_signed_token() -> None:
 
 def test_a_tampered_feedback_token_is_refused() -> None:
     tokens = Tokens("s3cret", now=lambda: D.NOW)
-    url = FeedbackLinks(tokens, "https://x.example").for_subscriber(D.subscriber())
+    url = FeedbackLinks(tokens, "https://x.example").for_subscriber(D.subscriber()).url
     item = D.digest(PAPERS).items[0]
     token = url(item, MORE).rsplit("/", 1)[1]
     payload, stamp, sig = token.split(".")
@@ -98,11 +99,35 @@ def test_without_feedback_links_the_digest_shows_none() -> None:
     assert again.html.count(">More like this</a>") == 12
 
 
-def test_feed_text_cannot_pass_for_a_marker() -> None:
-    renderer = Renderer(D.settings())
-    mark = renderer._feedback_mark(D.digest(PAPERS).items[0], MORE)
-    other = Renderer(D.settings())._feedback_mark(D.digest(PAPERS).items[0], MORE)
-    assert mark != other  # a random prefix per renderer: not knowable from outside
-    hostile = D.hostile_digest()
-    out = renderer.render(hostile, D.links())
-    assert len(LINK.findall(out.html)) == 2 * len(hostile.items)
+def test_feed_text_that_looks_like_a_hole_stays_text() -> None:
+    import dataclasses
+
+    from newsletter import render
+
+    digest = D.digest(PAPERS, per_topic=2)
+    item = digest.sections[0].items[0]
+    fake = f"fbk000000000000x{item.paper.id}m and {render._HOLE_MARK[:-1]}"  # no full prefix known
+    paper = dataclasses.replace(item.paper, title=fake)
+    section = dataclasses.replace(
+        digest.sections[0],
+        items=(dataclasses.replace(item, paper=paper), *digest.sections[0].items[1:]),
+    )
+    digest = dataclasses.replace(digest, sections=(section, *digest.sections[1:]))
+    out = Renderer(D.settings()).render(digest, D.links())
+    assert fake in out.text and fake in out.html
+    assert len(LINK.findall(out.html)) == 2 * len(digest.items)
+
+
+def test_feedback_outside_a_cached_fragment_is_the_readers_link(tmp_path: Path) -> None:
+    (tmp_path / "digest.txt").write_text(
+        "{% for item in items %}{{ feedback(item, 1) }}\n{{ feedback(item, -1) }}\n{% endfor %}"
+    )
+    renderer = Renderer(D.settings(), templates_dir=tmp_path)
+    digest = D.digest(PAPERS, per_topic=1)
+    for sid in (1, 2):
+        text = renderer.render(digest, D.links(sid)).text
+        tokens = Tokens(D.SECRET, now=lambda: D.NOW)
+        found = [read_token(tokens, t) for t in LINK.findall(text)]
+        assert [(f.subscriber_id, f.paper_key, f.value) for f in found] == [
+            (sid, i.paper.key, v) for i in digest.items for v in (MORE, LESS)
+        ]

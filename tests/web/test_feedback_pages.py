@@ -35,7 +35,7 @@ def paper(web_store: Store, clock: Clock) -> Paper:
 def path_for(config: Config, clock: Clock, sub: Subscriber, paper: Paper, value: int) -> str:
     tokens = Tokens(config.secret_key(), now=clock)
     links = FeedbackLinks(tokens, BASE).for_subscriber(sub)
-    url = links(DigestItem(paper, "gpu-kernels", 1.0, ""), value)
+    url = links.url(DigestItem(paper, "gpu-kernels", 1.0, ""), value)
     assert url.startswith(f"{BASE}/feedback/")
     return url.removeprefix(BASE)
 
