@@ -197,11 +197,15 @@ class _Holes:
         )
 
     def fill(self) -> str:
-        reader = _READER.get()
-        if reader is None or _CACHING.get():  # inside a fragment being cached: keep the holes
+        if _CACHING.get():  # inside a fragment being cached: keep the holes
             return self.body
+        reader = _READER.get() or _no_link
         joined = "".join(p if type(p) is str else reader(*p) for p in self.parts)
         return markupsafe.Markup(joined) if self.markup else joined  # noqa: S704 - escaped parts
+
+
+def _no_link(pid: int, kind: str) -> str:
+    return ""
 
 
 class Fragments:

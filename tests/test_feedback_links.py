@@ -131,3 +131,16 @@ def test_feedback_outside_a_cached_fragment_is_the_readers_link(tmp_path: Path) 
         assert [(f.subscriber_id, f.paper_key, f.value) for f in found] == [
             (sid, i.paper.key, v) for i in digest.items for v in (MORE, LESS)
         ]
+
+
+def test_a_template_that_caches_links_regardless_leaks_no_hole(tmp_path: Path) -> None:
+    (tmp_path / "digest.txt").write_text(
+        "{% for item in items %}{% call once(item.paper, 't') %}"
+        "[{{ feedback(item, 1) }}]{% endcall %}\n{% endfor %}"
+    )
+    renderer = Renderer(D.settings(), templates_dir=tmp_path)
+    digest = D.digest(PAPERS, per_topic=1)
+    with_links = renderer.render(digest, D.links()).text
+    assert len(LINK.findall(with_links)) == len(digest.items)
+    without = renderer.render(digest, D.links(feedback=False)).text
+    assert without == "[]\n" * len(digest.items) and "fbk" not in without
