@@ -143,4 +143,4 @@ def test_a_template_that_caches_links_regardless_leaks_no_hole(tmp_path: Path) -
     with_links = renderer.render(digest, D.links()).text
     assert len(LINK.findall(with_links)) == len(digest.items)
     without = renderer.render(digest, D.links(feedback=False)).text
-    assert without == "[]\n" * len(digest.items) and "fbk" not in without
+    assert without.split() == ["[][][]"] and "fbk" not in without
