@@ -795,6 +795,87 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
                     topic = ""
 
 
+# ---------------------------------------------------------------------------- feedback
+
+
+@cli.command()
+@click.argument("email")
+@click.option(
+    "--more",
+    "more",
+    multiple=True,
+    metavar="PAPER",
+    help="Show more papers like this (repeatable).",
+)
+@click.option(
+    "--less",
+    "less",
+    multiple=True,
+    metavar="PAPER",
+    help="Show fewer papers like this (repeatable).",
+)
+@click.option(
+    "--clear", "clear", multiple=True, metavar="PAPER", help="Withdraw a vote (repeatable)."
+)
+@click.pass_obj
+def feedback(
+    obj: Context, email: str, more: tuple[str, ...], less: tuple[str, ...], clear: tuple[str, ...]
+) -> None:
+    """Vote "more like this" / "less like this" on papers for a subscriber, or list their votes.
+
+    The same votes as the links under each paper of the digest: papers like a "more" paper rank
+    higher for that reader, papers like a "less" one lower. A new vote on a paper replaces the
+    old one. PAPER is a stored paper's arXiv id, with or without version, or its arXiv link.
+    Every PAPER is checked first: if one is unknown, nothing is recorded. Without options, the
+    subscriber's votes are listed.
+
+    \b
+    newsletter feedback ada@example.org --more 2611.00019 --more hep-th/9901001v2
+    newsletter feedback ada@example.org --less https://arxiv.org/abs/2611.00042v1
+    newsletter feedback ada@example.org --clear 2611.00019
+    newsletter feedback ada@example.org
+    """
+    from newsletter.feedback import Feedback
+
+    with errors():
+        store = obj.store()
+        seed_subscribers(obj.config, store)
+        address = _address(email)
+        sub = store.get_subscriber(address)
+        if sub is None:
+            fail(f"{address} is not a subscriber (see: newsletter subscribers list)")
+        service = Feedback(store, None, utcnow)
+        if more or less or clear:
+            done = service.apply(sub, more, less, clear)
+            for what, paper in done:
+                verb = {"more": "more like", "less": "less like", "clear": "no vote on"}[what]
+                console.print(
+                    f"{escape(sub.email)}: {verb} {escape(paper.key)} {escape(paper.title)}",
+                    highlight=False,
+                )
+            return
+        votes = service.votes(sub)
+    if not votes:
+        console.print(
+            f"{escape(sub.email)} has no votes. Add one: newsletter feedback {escape(sub.email)} "
+            "--more PAPER",
+            highlight=False,
+        )
+        return
+    table = Table(box=box.SIMPLE)
+    for col in ("paper", "vote", "title", "topic", "when"):
+        table.add_column(col, overflow="fold")
+    for v in votes:
+        table.add_row(
+            escape(v.paper_key),
+            "more" if v.more else "less",
+            escape(v.title),
+            escape(v.topic or ""),
+            v.created_at.date().isoformat(),
+        )
+    console.print(table)
+
+
 # ---------------------------------------------------------------------------- subscribers
 
 
@@ -998,7 +1079,10 @@ CSV_FIELDS = (
     "frequency",
     "created",
     "confirmed",
+    "votes",
 )
+"""``votes``: the reader's "more/less like this" votes, ``+KEY`` or ``-KEY``, separated by
+spaces (import ignores the column)."""
 
 
 @subscribers.command("export")
@@ -1012,7 +1096,10 @@ CSV_FIELDS = (
 )
 @click.pass_obj
 def subscribers_export(obj: Context, status: str | None, out: Path | None) -> None:
-    """Write subscribers as CSV (topics separated by spaces); 'import' reads the same format."""
+    """Write subscribers as CSV (topics separated by spaces); 'import' reads the same format.
+
+    The last column, votes, lists the reader's "more/less like this" votes as +PAPER / -PAPER.
+    """
     import csv
     import io
 
@@ -1022,6 +1109,7 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(CSV_FIELDS)
         for batch in store.iter_subscribers(SubscriberStatus(status) if status else None):
+            votes = store.votes_for([s.id for s in batch])
             for s in batch:
                 writer.writerow(
                     [
@@ -1034,6 +1122,9 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
                         s.frequency.value,
                         s.created.isoformat(),
                         s.confirmed.isoformat() if s.confirmed else "",
+                        " ".join(
+                            f"{'+' if v.more else '-'}{v.paper_key}" for v in votes.get(s.id, ())
+                        ),
                     ]
                 )
     if out is None:
@@ -1345,7 +1436,8 @@ def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: st
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
-    """Show one subscriber with their consent record (when, how, from where they agreed)."""
+    """Show one subscriber with their consent record (when, how, from where they agreed) and
+    their "more/less like this" votes."""
     with errors():
         address = _address(email)
         store = obj.store()
@@ -1353,7 +1445,8 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         if sub is None:
             fail(f"{address} is not a subscriber")
         consent = store.consent_record(sub.id) or {}
-    data = {
+        votes = store.votes_of(sub.id)
+    data: dict[str, Any] = {
         "email": sub.email,
         "name": sub.name,
         "status": sub.status.value,
@@ -1364,12 +1457,22 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         "created": sub.created.isoformat(),
         "confirmed": sub.confirmed.isoformat() if sub.confirmed else None,
         "consent": consent,
+        "votes": [
+            {
+                "paper": v.paper_key,
+                "title": v.title,
+                "vote": "more" if v.more else "less",
+                "topic": v.topic,
+                "when": v.created_at.isoformat(),
+            }
+            for v in votes
+        ],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     for key, value in data.items():
-        if key == "consent":
+        if key in ("consent", "votes"):
             continue
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
@@ -1380,6 +1483,12 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
         click.echo(strip_controls("            " + "  ".join(parts)))
+    click.echo("     votes:" + ("" if votes else " (none)"))
+    for v in votes:
+        kind = "more" if v.more else "less"
+        click.echo(
+            strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
+        )
 
 
 # ---------------------------------------------------------------------------- worker

@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from datetime import date
 from email.utils import parseaddr
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from newsletter.errors import ConfigError
 
@@ -247,6 +254,22 @@ class FetchSettings(_Strict):
 
 Keyword = str | list[str]
 
+
+def _arxiv_id(value: str) -> str:
+    from newsletter.identity import arxiv_id_of
+
+    key = arxiv_id_of(value)
+    if key is None:
+        raise ValueError(
+            f"{value!r} is not an arXiv id (write 2411.01234, 2411.01234v2, hep-th/9901001 "
+            "or https://arxiv.org/abs/2411.01234)"
+        )
+    return key
+
+
+ArxivId = Annotated[str, AfterValidator(_arxiv_id)]
+"""An arXiv id or arXiv link as written in the config, kept as its versionless id."""
+
 _CATEGORY = re.compile(r"^[a-z][a-z-]*(\.[A-Za-z][A-Za-z-]*)?$")
 
 
@@ -278,6 +301,9 @@ class TopicSettings(_Strict):
     min_score: float = Field(default=0.0, ge=0)
     """Drop papers whose relevance (before trending) is below this."""
     max_items: int | None = Field(default=None, ge=1, le=100)
+    like: list[ArxivId] = Field(default_factory=list)
+    """Example papers that define the topic better than keywords (versionless arXiv ids,
+    however written); the ranker reads them as "more like this" votes of the topic."""
 
     @field_validator("name")
     @classmethod
@@ -793,7 +819,13 @@ def _to_python(
         return [
             _to_python(item, (*path, i), lines, problems, file) for i, item in enumerate(node.value)
         ]
+    if len(path) >= 2 and path[-2] in _VERBATIM_LISTS and isinstance(node, yaml.ScalarNode):
+        return node.value  # as written: YAML would read 2611.00020 as the number 2611.0002
     return _SCALARS.construct_object(node)
+
+
+_VERBATIM_LISTS = frozenset({"like"})
+"""Lists whose items are kept as the text written (arXiv ids look like numbers to YAML)."""
 
 
 def _dotted(loc: Loc) -> str:

@@ -24,6 +24,7 @@ from newsletter.deliver import (
     build_message,
     make_message_id,
 )
+from newsletter.feedback import FeedbackLinks
 from newsletter.models import Digest, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
@@ -148,6 +149,7 @@ class EditionBuilder:
         self.ranker = Ranker(self.settings.topics, self.papers, now)
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = Tokens(config.secret_key())
+        self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
         self.signer = DkimSigner.from_config(config)
 
     def digest(
@@ -181,6 +183,7 @@ class EditionBuilder:
             unsubscribe=f"{base}/unsubscribe/{unsub}",
             manage=f"{base}/manage/{manage}",
             view=f"{base}/archive/view/{view}",
+            feedback=self.feedback.for_subscriber(subscriber),
         )
 
     def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:

@@ -88,3 +88,27 @@ def paper_key(*, link: str = "", ids: tuple[str, ...] = (), text: str = "") -> s
     if link:
         return f"url:{normalize_link(link)}"
     return None
+
+
+_ARXIV_EXACT = re.compile(rf"(?:arxiv:)?(?:{_NEW}|{_OLD}){_VERSION}", re.IGNORECASE)
+_ARXIV_PAGE = re.compile(
+    r"https?://(?:www\.|export\.)?arxiv\.org/(?:abs|pdf|html)/(?P<rest>[^?#]+?)(?:\.pdf)?/?(?:[?#].*)?",
+    re.IGNORECASE,
+)
+
+
+def arxiv_id_of(text: str) -> str | None:
+    """The versionless arXiv id that ``text`` names exactly, else ``None``.
+
+    Accepts an id with or without version (``2611.00019``, ``2611.00019v2``, ``hep-th/9901001``,
+    ``arXiv:2611.00019``) or an arXiv page (``https://arxiv.org/abs/2611.00019v1``, ``/pdf/``).
+    Unlike :func:`parse_arxiv_id`, nothing else may surround it: for ids that people type.
+    """
+    text = text.strip()
+    page = _ARXIV_PAGE.fullmatch(text)
+    if page is not None:
+        text = page.group("rest")
+    if _ARXIV_EXACT.fullmatch(text) is None:
+        return None
+    found = parse_arxiv_id(text)
+    return found[0] if found else None

@@ -151,6 +151,23 @@ class Digest:
         return not any(section.items for section in self.sections)
 
 
+@dataclass(frozen=True, slots=True)
+class Vote:
+    """A reader's "more like this" (``value`` +1) or "less like this" (-1) on one stored paper."""
+
+    paper_key: str
+    paper_id: int
+    title: str
+    value: int
+    topic: str | None
+    """The digest section (topic name) the paper was in when the reader voted, if known."""
+    created_at: datetime
+
+    @property
+    def more(self) -> bool:
+        return self.value > 0
+
+
 class EditionStatus(StrEnum):
     """States of a ledger row ``(subscriber, edition_date)``.
 

@@ -17,7 +17,14 @@ message (correct, slow). ``tests/test_render.py`` proves that both paths give th
 Per-paper work is done once per paper per run, whatever the number of subscribers: each
 paper's card (HTML) and text block are rendered once (``{% call once(paper, ...) %}`` in the
 templates) and the excerpt, author list, wrapping and link cleaning are memoized; the reason,
-which differs per subscriber, is rendered per message. The inlined template writes non-ASCII
+which differs per subscriber, is rendered per message.
+
+The "more like this" / "less like this" links are per reader *and* per paper, yet sit inside
+the cached sections: the templates write ``{{ feedback(item, 1) }}``. Outside a cached fragment
+that is the reader's link; while a fragment is rendered for the cache it is a hole (a marker
+with a per-process random prefix, the paper's id and the vote), and the cache keeps the
+fragment cut at its holes, so each reader's copy is a join of the cached pieces with their own
+links: no pass over the whole message. Feed text cannot forge a hole: it never knows the prefix. The inlined template writes non-ASCII
 characters as references, so the HTML is ASCII (several times faster to join, hash and encode).
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
@@ -29,11 +36,13 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import secrets
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import jinja2
 import markupsafe
@@ -68,11 +77,24 @@ def shipped_templates_dir() -> Path:
     raise FileNotFoundError(f"no templates folder in {inside} or {checkout}; the install is broken")
 
 
+class FeedbackUrls(Protocol):
+    """One reader's "more like this" (+1) / "less like this" (-1) links for the items of their
+    digest: ``prefix + token(item, value)`` (``newsletter.feedback.FeedbackLinks.for_subscriber``
+    makes them). Tokens are URL-safe as they are, so only the prefix is ever escaped."""
+
+    @property
+    def prefix(self) -> str: ...
+
+    def token(self, item: DigestItem, value: int) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DigestLinks:
     unsubscribe: str
     manage: str
     view: str | None = None
+    feedback: FeedbackUrls | None = None
+    """Per-item feedback links; without it the digest shows none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +150,7 @@ def make_environment(
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
     env.globals["once"] = Fragments()
+    env.globals["feedback"] = _feedback
     env.filters["thousands"] = thousands
     env.filters["emphasis"] = _memo(emphasis)
     return env
@@ -145,20 +168,61 @@ def _to_references(text: str) -> str:
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
+_HOLE_MARK = f"fbk{secrets.token_hex(6)}x"
+"""Feedback links inside a cached fragment are written as ``_HOLE_MARK + paper id + m|l``, filled
+in per reader; random per process, so no feed text can pass for one."""
+_HOLE = re.compile(rf"{_HOLE_MARK}(\d+)([ml])")
+_CACHING: ContextVar[int] = ContextVar("newsletter_render_caching", default=0)
+"""How many fragments are being rendered for the cache (in this thread) right now."""
+_READER: ContextVar[Callable[[int, str], str] | None] = ContextVar(
+    "newsletter_render_reader", default=None
+)
+"""The message being rendered: its feedback link for (paper id, ``m`` or ``l``)."""
+
+
+class _Holes:
+    """A cached fragment with the reader's feedback links left out: text, hole, text, ..."""
+
+    __slots__ = ("body", "markup", "parts")
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+        self.markup = isinstance(body, markupsafe.Markup)
+        """Rendered with autoescape: the joined copy is markup too (links come escaped)."""
+        pieces = _HOLE.split(body)  # text, id, kind, text, id, kind, ..., text
+        self.parts: tuple[str | tuple[int, str], ...] = tuple(
+            pieces[i] if i % 3 == 0 else (int(pieces[i]), pieces[i + 1])
+            for i in range(0, len(pieces))
+            if i % 3 != 2
+        )
+
+    def fill(self) -> str:
+        if _CACHING.get():  # inside a fragment being cached: keep the holes
+            return self.body
+        reader = _READER.get() or _no_link
+        joined = "".join(p if type(p) is str else reader(*p) for p in self.parts)
+        return markupsafe.Markup(joined) if self.markup else joined  # noqa: S704 - escaped parts
+
+
+def _no_link(pid: int, kind: str) -> str:
+    return ""
+
+
 class Fragments:
     """``{% call once(key...) %}body{% endcall %}``: the body rendered once per key, then reused.
 
     The digest templates wrap each topic section in it (keyed by the ``TopicSection``, items and
     reasons included, so a different section is a different key: most readers of a topic get
     the same one) and, inside, each paper's card (keyed by the ``Paper`` itself, so a changed
-    paper is a new key). Only what depends on the key may be inside. Bounded by entries and by
-    characters held: the oldest entries go first.
+    paper is a new key). Only what depends on the key may be inside, except the reader's
+    feedback links: a body with ``feedback(...)`` links is kept with holes in their place,
+    filled per reader. Bounded by entries and by characters held: the oldest entries go first.
     """
 
     def __init__(self, size: int = CACHE_SIZE, max_chars: int = FRAGMENT_CHARS) -> None:
         self.size = size
         self.max_chars = max_chars
-        self._cache: dict[tuple[object, ...], str] = {}
+        self._cache: dict[tuple[object, ...], str | _Holes] = {}
         self._chars = 0
 
     def __call__(self, *key: object, caller: Callable[[], str]) -> str:
@@ -167,13 +231,28 @@ class Fragments:
         except TypeError:  # an unhashable key: no caching
             return caller()
         if hit is None:
-            hit = caller()
+            depth = _CACHING.set(_CACHING.get() + 1)
+            try:
+                body = caller()
+            finally:
+                _CACHING.reset(depth)
+            hit = _Holes(body) if _HOLE_MARK in body else body
             cache = self._cache
-            self._chars += len(hit)
+            self._chars += len(body)
             while cache and (len(cache) >= self.size or self._chars > self.max_chars):
-                self._chars -= len(cache.pop(next(iter(cache))))
+                gone = cache.pop(next(iter(cache)))
+                self._chars -= len(gone.body if isinstance(gone, _Holes) else gone)
             cache[key] = hit
-        return hit
+        return hit.fill() if isinstance(hit, _Holes) else hit
+
+
+def _feedback(item: DigestItem, value: int) -> str:
+    """``{{ feedback(item, 1) }}``: the reader's link, or a hole inside a fragment being cached."""
+    kind = "m" if value > 0 else "l"
+    if _CACHING.get():
+        return f"{_HOLE_MARK}{item.paper.id}{kind}"
+    reader = _READER.get()
+    return "" if reader is None else reader(item.paper.id, kind)
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
@@ -425,6 +504,31 @@ class Renderer:
                 text = text.replace("1 new papers", "1 new paper")
         return " ".join(text.split())  # never a CR/LF in a header
 
+    @staticmethod
+    def _reader(digest: Digest, feedback: FeedbackUrls) -> tuple[Callable[[int, str], str], ...]:
+        """The message's feedback links by (paper id, ``m``/``l``): for the HTML (prefix made
+        safe and escaped once) and for the text part. Each token is made once, on first use."""
+        items = {item.paper.id: item for item in digest.items}
+        tokens: dict[tuple[int, str], str] = {}
+        prefix = feedback.prefix
+        html_prefix = str(markupsafe.escape(safe_url(prefix)))
+
+        def token(pid: int, kind: str) -> str:
+            found = tokens.get((pid, kind))
+            if found is None:
+                item = items.get(pid)
+                found = "" if item is None else feedback.token(item, 1 if kind == "m" else -1)
+                tokens[pid, kind] = found
+            return found
+
+        def html(pid: int, kind: str) -> str:
+            return html_prefix + token(pid, kind)
+
+        def text(pid: int, kind: str) -> str:
+            return prefix + token(pid, kind)
+
+        return html, text
+
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
         sections = [s for s in digest.sections if s.items]
         # A topic with nothing strong today says so, rather than padding with weak matches.
@@ -441,6 +545,7 @@ class Renderer:
             "preheader": summary_line(digest),
             "topics": digest.topic_titles,
             "links": links,
+            "feedback_on": links.feedback is not None,
             "sender": self.settings.sender,
             "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
             "width": TEXT_WIDTH,
@@ -448,11 +553,19 @@ class Renderer:
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
         ctx = self.context(digest, links)
-        if self.inlined is not None:
-            html = self.inlined.render(ctx)
-        else:
-            html = inline_css(self.html_template.render(ctx))
-        text = self.text_template.render(ctx)
+        html_links = text_links = None
+        if links.feedback is not None:
+            html_links, text_links = self._reader(digest, links.feedback)
+        reader = _READER.set(html_links)
+        try:
+            if self.inlined is not None:
+                html = self.inlined.render(ctx)
+            else:
+                html = inline_css(self.html_template.render(ctx))
+            _READER.set(text_links)
+            text = self.text_template.render(ctx)
+        finally:
+            _READER.reset(reader)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
 
 
@@ -463,6 +576,7 @@ def _date_label(d: date) -> str:
 __all__ = [
     "DigestItem",
     "DigestLinks",
+    "FeedbackUrls",
     "NotInlinable",
     "RenderedDigest",
     "Renderer",

@@ -1,4 +1,4 @@
-"""Signed, purpose-bound tokens for links in mail (unsubscribe, manage, confirm, view).
+"""Signed, purpose-bound tokens for links in mail (unsubscribe, manage, confirm, view, feedback).
 
 A token is signed with the operator's secret key and a salt per purpose, so a manage link is
 not an unsubscribe link and no token is valid for another purpose. Each purpose has its own
@@ -9,13 +9,17 @@ tests can age a token without waiting.
 
 from __future__ import annotations
 
+import binascii
+import hashlib
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
-from itsdangerous.encoding import base64_encode
+from itsdangerous.encoding import base64_encode, int_to_bytes
 from itsdangerous.serializer import Serializer
 
 from newsletter.clock import utcnow
@@ -27,6 +31,7 @@ class Purpose(StrEnum):
     CONFIRM = "confirm"
     VIEW = "view"
     CSRF = "csrf"
+    FEEDBACK = "feedback"
 
 
 #: How long a token of each purpose stays valid.
@@ -36,6 +41,7 @@ MAX_AGE: dict[Purpose, timedelta] = {
     Purpose.CONFIRM: timedelta(days=3),
     Purpose.VIEW: timedelta(days=365),
     Purpose.CSRF: timedelta(hours=12),
+    Purpose.FEEDBACK: timedelta(days=365),
 }
 
 #: A token signed up to this far in the future (another machine's clock is ahead) is accepted.
@@ -81,6 +87,10 @@ class Tokens:
             self._serializers[purpose] = serializer
         return serializer
 
+    def family(self, purpose: Purpose) -> TokenFamily:
+        """A maker of many tokens of ``purpose`` whose payloads share a head (see the class)."""
+        return TokenFamily(self.secret, purpose, int(self._now().timestamp()))
+
     def make(self, purpose: Purpose, payload: Any) -> str:
         return str(self._serializer(purpose).dumps(payload))
 
@@ -113,3 +123,81 @@ class Tokens:
             raise TokenError("this link is not valid") from e
         except (ValueError, TypeError, UnicodeError) as e:  # garbage that decodes oddly
             raise TokenError("this link is not valid") from e
+
+
+_B64 = bytes.maketrans(b"+/", b"-_")
+
+
+def _b64(data: bytes) -> bytes:
+    """URL-safe base64 without padding (itsdangerous's ``base64_encode``, without its checks)."""
+    return binascii.b2a_base64(data, newline=False).translate(_B64).rstrip(b"=")
+
+
+class TokenFamily:
+    """Many tokens of one purpose, made fast: a digest carries two feedback links per paper.
+
+    A token is a head plus a tail: the head (a dict: the subscriber) is shared by one reader's
+    tokens, the tail (a dict: the paper and the vote) by every reader's token for that paper.
+    The result is an ordinary token: :meth:`Tokens.read` reads it as the merged dict, with the
+    same secret, purpose salt, timestamp and HMAC-SHA1 signature that :meth:`Tokens.make`
+    writes. What is saved is the work: the head's JSON is padded with spaces to a multiple of
+    three bytes, so its base64 is a prefix of the whole payload's and is encoded once per
+    reader, as is the HMAC state over it; each tail is encoded once (the caller keeps it); per
+    token there remains one short HMAC (RFC 2104 written out over ``hashlib`` states, which
+    copy cheaply) and its base64: a few microseconds, against ~40 for ``Tokens.make``. The
+    timestamp is the family's creation time (one run).
+    """
+
+    def __init__(self, secret: str, purpose: Purpose, timestamp: int) -> None:
+        salt = f"newsletter.{purpose.value}".encode()
+        # itsdangerous's "django-concat" key derivation, then HMAC's padded inner/outer keys.
+        # SHA-1 because itsdangerous signs with HMAC-SHA1 (Tokens.read checks these tokens);
+        # HMAC-SHA1 is not weakened by SHA-1's collisions.
+        key = hashlib.sha1(salt + b"signer" + secret.encode()).digest().ljust(64, b"\0")  # noqa: S324
+        self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))  # noqa: S324
+        self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))  # noqa: S324
+        self._stamp = b"." + base64_encode(int_to_bytes(timestamp))
+
+    def head(self, fields: dict[str, Any]) -> TokenHead:
+        """The shared part of one group's tokens (its fields come first in the payload)."""
+        raw = _json(fields)
+        raw = raw[:-1] + b","  # an object left open for the tail's fields
+        raw += b" " * (-len(raw) % 3)  # JSON allows the blanks; base64 then splits cleanly
+        encoded = _b64(raw)
+        inner = self._inner.copy()
+        inner.update(encoded)
+        return TokenHead(self._outer, encoded.decode(), inner)
+
+    def tail(self, fields: dict[str, Any]) -> TokenTail:
+        """The rest of a payload (its fields come after the head's), encoded once."""
+        signed = _b64(_json(fields)[1:]) + self._stamp
+        return TokenTail(signed, signed.decode() + ".")
+
+
+def _json(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTail:
+    signed: bytes
+    """The tail's base64 and the timestamp: the bytes the signature covers after the head."""
+    text: str
+
+
+class TokenHead:
+    """One group's tokens (one reader's): ``make(tail)`` is the token for head + tail."""
+
+    __slots__ = ("_inner", "_outer", "text")
+
+    def __init__(self, outer: Any, text: str, inner: Any) -> None:
+        self._outer = outer
+        self._inner = inner
+        self.text = text
+
+    def make(self, tail: TokenTail) -> str:
+        inner = self._inner.copy()
+        inner.update(tail.signed)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return self.text + tail.text + _b64(outer.digest()).decode()

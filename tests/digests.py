@@ -17,6 +17,7 @@ from typing import Any
 from newsletter.addresses import format_address
 from newsletter.config import Settings
 from newsletter.deliver import WIRE_POLICY, header_safe
+from newsletter.feedback import FeedbackLinks
 from newsletter.models import (
     Digest,
     DigestItem,
@@ -26,6 +27,7 @@ from newsletter.models import (
     TopicSection,
 )
 from newsletter.render import DigestLinks, RenderedDigest
+from newsletter.tokens import Tokens
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
@@ -155,13 +157,22 @@ def hostile_digest() -> Digest:
     )
 
 
-def links(sid: int = 1) -> DigestLinks:
+SECRET = "a-fixed-secret-for-rendering-tests"
+FEEDBACK = FeedbackLinks(Tokens(SECRET, now=lambda: NOW), "https://papers.example.org")
+"""One run's feedback links (real signed tokens on a fixed clock, so goldens are stable)."""
+
+
+def links(sid: int = 1, *, feedback: bool = True) -> DigestLinks:
+    """A reader's links; the "more/less like this" links are real tokens, made lazily (as in a
+    run) when the renderer asks for them, so bench/bench_render.py times them."""
     base = "https://papers.example.org"
     token = "eyJzIjoxLCJlIjoiYWRhQGV4YW1wbGUub3JnIn0.Z0_abcdefghijklmnopqrstuvwxyz0123456789"
+    email = "ada@example.org" if sid == 1 else f"reader{sid}@example.org"
     return DigestLinks(
         unsubscribe=f"{base}/unsubscribe/{token}{sid}",
         manage=f"{base}/manage/{token}{sid}",
         view=f"{base}/archive/view/{token}{sid}",
+        feedback=FEEDBACK.for_subscriber(subscriber(sid, email)) if feedback else None,
     )
 
 

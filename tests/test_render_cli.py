@@ -13,7 +13,7 @@ from tests.test_cli_e2e import config_path, run, text_and_html
 
 __all__ = ["config_path"]
 
-TOKEN = re.compile(r"/(unsubscribe|manage|archive/view)/[A-Za-z0-9_.\-]+")
+TOKEN = re.compile(r"/(unsubscribe|manage|archive/view|feedback)/[A-Za-z0-9_.\-]+")
 
 
 def unsigned(html: str) -> str:

@@ -40,6 +40,7 @@ from newsletter.models import (
     PaperData,
     Subscriber,
     SubscriberStatus,
+    Vote,
 )
 from newsletter.store import tables as t
 
@@ -530,7 +531,7 @@ class Store:
             ).scalar()
             if sid is None:
                 return False
-            for table in (t.sent_papers, t.subscriptions, t.editions):
+            for table in (t.sent_papers, t.subscriptions, t.editions, t.votes):
                 conn.execute(delete(table).where(table.c.subscriber_id == sid))
             conn.execute(delete(t.subscribers).where(t.subscribers.c.id == sid))
             if forgotten is not None:
@@ -820,6 +821,88 @@ class Store:
             return int(
                 conn.execute(delete(t.rate_events).where(t.rate_events.c.at < before)).rowcount
             )
+
+    # ------------------------------------------------------------------ votes
+    # A reader's "more like this" / "less like this": one row per (subscriber, paper), a new
+    # vote replacing the old one. Written by the web feedback page and `newsletter feedback`,
+    # read by the manage page, the export and (votes_for, one query) the send path.
+
+    def set_vote(
+        self, subscriber_id: int, paper_id: int, value: int, topic: str | None, now: datetime
+    ) -> None:
+        """Record ``value`` (+1 more, -1 less) for the paper; replaces any earlier vote on it.
+
+        Raises :class:`StoreError` when the subscriber or the paper does not exist.
+        """
+        if value not in (1, -1):
+            raise ValueError(f"a vote is +1 or -1, not {value!r}")
+        v = t.votes
+        stmt = self._insert(v).values(
+            subscriber_id=subscriber_id,
+            paper_id=paper_id,
+            value=value,
+            topic=topic,
+            created_at=now,
+        )
+        stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+            index_elements=["subscriber_id", "paper_id"],
+            set_={"value": value, "topic": topic, "created_at": now},
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt)
+        except _SAError as e:
+            raise StoreError(
+                f"cannot record a vote of subscriber {subscriber_id} on paper {paper_id} "
+                "(is either gone?)"
+            ) from e
+
+    def clear_vote(self, subscriber_id: int, paper_id: int) -> bool:
+        """Withdraw the reader's vote on the paper; True when there was one."""
+        v = t.votes
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                delete(v).where(v.c.subscriber_id == subscriber_id, v.c.paper_id == paper_id)
+            )
+            return res.rowcount == 1
+
+    def _votes_query(self) -> Any:
+        v, p = t.votes, t.papers
+        return (
+            select(
+                v.c.subscriber_id,
+                p.c.key,
+                v.c.paper_id,
+                p.c.title,
+                v.c.value,
+                v.c.topic,
+                v.c.created_at,
+            )
+            .join(p, p.c.id == v.c.paper_id)
+            .order_by(v.c.subscriber_id, v.c.created_at.desc(), v.c.id.desc())
+        )
+
+    def votes_of(self, subscriber_id: int) -> list[Vote]:
+        """The reader's votes, newest first."""
+        return list(self.votes_for([subscriber_id]).get(subscriber_id, ()))
+
+    def votes_for(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[Vote, ...]]:
+        """Votes of many readers (newest first), one query per 500 of them; readers without
+        votes are left out of the mapping."""
+        ids = list(dict.fromkeys(subscriber_ids))
+        found: dict[int, list[Vote]] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(ids), 500):
+                q = self._votes_query().where(t.votes.c.subscriber_id.in_(ids[start : start + 500]))
+                for r in conn.execute(q):
+                    found.setdefault(r.subscriber_id, []).append(
+                        Vote(r.key, r.paper_id, r.title, r.value, r.topic, r.created_at)
+                    )
+        return {sid: tuple(votes) for sid, votes in found.items()}
+
+    def paper_by_key(self, key: str) -> Paper | None:
+        """One stored paper by its key (a versionless arXiv id, ``doi:...``, ``url:...``)."""
+        return self.papers_by_keys([key]).get(key)
 
     # ------------------------------------------------------------------ archive
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
     Column,
     Date,
     DateTime,
@@ -183,6 +184,23 @@ sent_papers = Table(
 )
 
 Index("ix_sent_papers_edition", sent_papers.c.edition_id)
+
+# A reader's "more like this" (+1) / "less like this" (-1) on one paper; a new vote replaces the
+# old one. ``topic`` is the digest section the paper was in, when known. Erased with the reader.
+votes = Table(
+    "votes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "subscriber_id", Integer, ForeignKey("subscribers.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("paper_id", Integer, ForeignKey("papers.id", ondelete="CASCADE"), nullable=False),
+    Column("value", Integer, nullable=False),
+    Column("topic", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("subscriber_id", "paper_id", name="uq_votes_subscriber_paper"),
+    CheckConstraint("value IN (1, -1)", name="ck_votes_value"),
+)
 
 source_state = Table(
     "source_state",

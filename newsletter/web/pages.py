@@ -1,7 +1,7 @@
 """The HTML pages. No JavaScript; every form posts to its own URL.
 
-GETs never change anything (link scanners follow them): confirm and unsubscribe links open a
-page with one button. The unsubscribe URL also takes the RFC 8058 one-click POST that mail
+GETs never change anything (link scanners follow them): confirm, unsubscribe and "more/less
+like this" links open a page with one button. The unsubscribe URL also takes the RFC 8058 one-click POST that mail
 clients send from the ``List-Unsubscribe`` header.
 """
 
@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
+from newsletter.feedback import Ballot, Feedback, FeedbackError, FeedbackLinks
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import DigestLinks
 from newsletter.subscribe import InvalidRequest, LinkUsed
@@ -236,6 +237,7 @@ def _manage_form(
     sub: Subscriber,
     *,
     saved: bool = False,
+    undone: bool = False,
     error: str | None = None,
     status: int = 200,
 ) -> HTMLResponse:
@@ -253,6 +255,8 @@ def _manage_form(
         error=error,
         default_hour=ctx.config.settings.schedule.send_hour,
         csrf=csrf_field(ctx.service.tokens, cookie),
+        votes=_feedback(ctx).votes(sub),
+        undone=undone,
     )
     set_csrf_cookie(request, response, cookie)
     return response
@@ -274,7 +278,7 @@ def _manage_subscriber(ctx: WebContext, token: str) -> Subscriber:
 
 @router.get("/manage/{token}", response_class=HTMLResponse)
 def manage_page(
-    token: str, request: Request, saved: int = 0, ctx: WebContext = Ctx
+    token: str, request: Request, saved: int = 0, undone: int = 0, ctx: WebContext = Ctx
 ) -> HTMLResponse:
     try:
         sub = _manage_subscriber(ctx, token)
@@ -288,7 +292,7 @@ def manage_page(
             200,
             subscribe_link=True,
         )
-    return _manage_form(ctx, request, token, sub, saved=bool(saved))
+    return _manage_form(ctx, request, token, sub, saved=bool(saved), undone=bool(undone))
 
 
 @router.post("/manage/{token}", response_class=HTMLResponse)
@@ -329,6 +333,106 @@ def _manage_sync(
     return RedirectResponse(f"/manage/{token}?saved=1", status_code=303)
 
 
+@router.post("/manage/{token}/unvote", response_class=HTMLResponse)
+async def manage_unvote(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    """Withdraw one of the reader's "more/less like this" votes (listed on the manage page)."""
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return _stale_form(ctx)
+    return await run_in_threadpool(_unvote_sync, ctx, token, str(form.get("paper") or ""))
+
+
+def _unvote_sync(ctx: WebContext, token: str, paper: str) -> Response:
+    try:
+        sub = _manage_subscriber(ctx, token)
+    except TokenError as e:
+        return token_problem(ctx, e, "manage")
+    if not paper.isdigit():
+        return message(ctx, "Nothing to undo", "The form named no paper.", 400)
+    _feedback(ctx).clear(sub, int(paper))
+    return RedirectResponse(f"/manage/{token}?undone=1#votes", status_code=303)
+
+
+def _stale_form(ctx: WebContext) -> HTMLResponse:
+    return message(
+        ctx,
+        "Please try again",
+        "This form has expired or did not come from this site. Reload the page and submit it again.",
+        403,
+    )
+
+
+# ---------------------------------------------------------------------------- feedback
+
+
+def _feedback(ctx: WebContext) -> Feedback:
+    return Feedback(ctx.store, ctx.service.tokens, ctx.now)
+
+
+def _ballot_problem(ctx: WebContext, ballot: Ballot) -> HTMLResponse | None:
+    if ballot.subscriber is None:
+        return message(ctx, "Not subscribed", ballot.problem or "", 410, subscribe_link=True)
+    if ballot.paper is None:
+        return message(ctx, "Unknown paper", ballot.problem or "", 404)
+    return None
+
+
+def _feedback_page(
+    ctx: WebContext, request: Request, token: str, ballot: Ballot, name: str, status: int = 200
+) -> HTMLResponse:
+    assert ballot.subscriber is not None
+    cookie = csrf_cookie_value(request)
+    response = page(
+        ctx,
+        name,
+        status,
+        token=token,
+        ballot=ballot,
+        more=ballot.request.value > 0,
+        paper=ballot.paper,
+        subscriber=ballot.subscriber,
+        links=ctx.service.links(ballot.subscriber),
+        csrf=csrf_field(ctx.service.tokens, cookie),
+    )
+    set_csrf_cookie(request, response, cookie)
+    return response
+
+
+@router.get("/feedback/{token}", response_class=HTMLResponse)
+def feedback_page(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    """One button: a GET records nothing (mail scanners open every link)."""
+    try:
+        ballot = _feedback(ctx).ballot(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    problem = _ballot_problem(ctx, ballot)
+    if problem is not None:
+        return problem
+    return _feedback_page(ctx, request, token, ballot, "feedback.html")
+
+
+@router.post("/feedback/{token}", response_class=HTMLResponse)
+async def feedback_submit(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return _stale_form(ctx)
+    undo = form.get("undo") == "1"
+    return await run_in_threadpool(_feedback_sync, ctx, request, token, undo)
+
+
+def _feedback_sync(ctx: WebContext, request: Request, token: str, undo: bool) -> Response:
+    service = _feedback(ctx)
+    try:
+        ballot = service.undo(token) if undo else service.cast(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    except FeedbackError:
+        problem = _ballot_problem(ctx, service.ballot(token))
+        return problem or message(ctx, "Not recorded", "Nothing was recorded.", 409)
+    name = "feedback_undone.html" if undo else "feedback_done.html"
+    return _feedback_page(ctx, request, token, ballot, name)
+
+
 # ---------------------------------------------------------------------------- unsubscribe
 
 
@@ -364,7 +468,12 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     html = None
     if sub is not None:
         own = ctx.service.links(sub)
-        links = DigestLinks(unsubscribe=own.unsubscribe, manage=own.manage)
+        feedback = FeedbackLinks(ctx.service.tokens, ctx.config.settings.sender.base_url)
+        links = DigestLinks(
+            unsubscribe=own.unsubscribe,
+            manage=own.manage,
+            feedback=feedback.for_subscriber(sub),
+        )
         html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sub.id, day, links)
     if html is None:
         return message(ctx, "No such digest", "This digest is not in the archive.", 404)
