@@ -715,7 +715,7 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
         now = utcnow()
         builder = EditionBuilder(obj.config, store, now)
         sent = store.sent_paper_ids([sub.id])[sub.id]
-        digest = builder.digest(sub, edition_date_for(sub, now), sent)
+        digest = builder.digest(sub, edition_date_for(sub, now), sent, votes=store.votes_of(sub.id))
         rendered, _ = builder.render(digest)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(rendered.html, encoding="utf-8")
@@ -741,6 +741,7 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
     from datetime import timedelta
 
+    from newsletter.edition import profile_examples
     from newsletter.rank import Ranker
 
     with errors():
@@ -754,18 +755,23 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
             fail(f"{address} is not a subscriber")
         now = utcnow()
         papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
-        ranker = Ranker(settings.topics, papers, now)
+        ranker = Ranker(
+            settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
+        )
         sent = store.sent_paper_ids([sub.id])[sub.id]
+        votes = store.votes_of(sub.id)
         sections = ranker.sections(
             sub.topics,
             exclude_ids=sent,
             max_items=settings.digest.max_items,
             group_by_topic=settings.digest.group_by_topic,
+            votes=votes,
         )
     console.print(
         f"{shown(sub.email)} ({sub.status.value}): topics {shown(', '.join(sub.topics)) or 'none'}; "
         f"{len(papers)} papers from the last {settings.digest.lookback_days} days, "
-        f"{len(sent)} already sent to them.",
+        f"{len(sent)} already sent to them"
+        + (f"; {len(votes)} of their votes reorder their topics." if votes else "."),
         highlight=False,
     )
     missing = [t for t in sub.topics if t not in ranker.topics]

@@ -25,7 +25,7 @@ from newsletter.deliver import (
     make_message_id,
 )
 from newsletter.feedback import FeedbackLinks
-from newsletter.models import Digest, EditionStatus, Subscriber, SubscriberStatus
+from newsletter.models import Digest, EditionStatus, Paper, Subscriber, SubscriberStatus, Vote
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.sending import Job, Outcome, SendPool, owner_gone, run_owner
@@ -40,6 +40,32 @@ log = logging.getLogger(__name__)
 def edition_date_for(subscriber: Subscriber, now: datetime) -> date:
     """The edition date is the subscriber's local calendar date."""
     return now.astimezone(ZoneInfo(subscriber.timezone)).date()
+
+
+VOTES_SINCE = timedelta(days=365)
+"""Votes older than this no longer shape a reader's digest (feedback links last a year)."""
+
+
+def profile_examples(
+    config: Config, store: Store, papers: Sequence[Paper], now: datetime
+) -> list[Paper]:
+    """The papers reader profiles can use this run: those readers voted on (within
+    ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that is not
+    stored is logged, naming the topic and what to do."""
+    examples = store.voted_papers(now - VOTES_SINCE)
+    have = {p.key for p in papers} | {p.key for p in examples}
+    wanted = {k: t.name for t in config.settings.topics for k in t.like if k not in have}
+    found = store.papers_by_keys(wanted) if wanted else {}
+    for key, topic in wanted.items():
+        if key not in found:
+            log.warning(
+                "topic %s: like: %s is not a stored paper, so it shapes nothing yet; fetch it "
+                "(an arxiv_api source) or remove it from the topic",
+                topic,
+                key,
+            )
+    likes = {k for t in config.settings.topics for k in t.like}
+    return [*examples, *found.values(), *(p for p in papers if p.key in likes)]
 
 
 CLAIM_CHUNK = 50
@@ -146,7 +172,12 @@ class EditionBuilder:
         self.now = now
         since = now - timedelta(days=self.settings.digest.lookback_days)
         self.papers = store.recent_papers(since)
-        self.ranker = Ranker(self.settings.topics, self.papers, now)
+        self.ranker = Ranker(
+            self.settings.topics,
+            self.papers,
+            now,
+            examples=profile_examples(config, store, self.papers, now),
+        )
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = Tokens(config.secret_key())
         self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
@@ -159,7 +190,9 @@ class EditionBuilder:
         sent_ids: set[int],
         *,
         only_topic: str | None = None,
+        votes: Sequence[Vote] = (),
     ) -> Digest:
+        """The subscriber's digest: their topics' sections, reordered by their ``votes``."""
         d = self.settings.digest
         topics = (only_topic,) if only_topic else subscriber.topics
         sections = self.ranker.sections(
@@ -167,6 +200,7 @@ class EditionBuilder:
             exclude_ids=sent_ids,
             max_items=d.max_items,
             group_by_topic=d.group_by_topic,
+            votes=votes,
         )
         titles = tuple(self.settings.topic(t).label for t in topics if t in self.ranker.topics)
         return Digest(subscriber, edition_date, sections, titles)
@@ -318,6 +352,7 @@ def run_send(
             if not batch:
                 continue
             sent_ids = store.sent_paper_ids([s.id for s in batch])
+            votes = store.votes_for([s.id for s in batch])
             last = store.last_sent([s.id for s in batch]) if skip_quiet and not force else {}
             claims: dict[int, EditionClaim | None] = {}
             for sub in batch:
@@ -333,7 +368,13 @@ def run_send(
                 edition_date = edition_date_for(sub, now)
                 report.dates.add(edition_date)
                 if dry_run:
-                    digest = builder.digest(sub, edition_date, sent_ids[sub.id], only_topic=topic)
+                    digest = builder.digest(
+                        sub,
+                        edition_date,
+                        sent_ids[sub.id],
+                        only_topic=topic,
+                        votes=votes.get(sub.id, ()),
+                    )
                     if digest.is_empty and config.settings.digest.empty == "skip":
                         report.empty += 1
                     else:
@@ -374,7 +415,9 @@ def run_send(
                     report.no_listing += 1
                     report.no_listing_reason = gap
                     continue
-                digest = builder.digest(sub, edition_date, exclude, only_topic=topic)
+                digest = builder.digest(
+                    sub, edition_date, exclude, only_topic=topic, votes=votes.get(sub.id, ())
+                )
                 if digest.is_empty and config.settings.digest.empty == "skip":
                     store.mark_edition(
                         claim.id,

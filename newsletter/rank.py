@@ -531,6 +531,8 @@ class PaperIndex:
         strong.data[:] = 1.0
         self.evidence_t: sp.csr_matrix = sp.csr_matrix(presence + strong.multiply(presence)).T
         self.evidence_t = self.evidence_t.tocsr()
+        self.evidence: sp.csr_matrix = sp.csr_matrix(self.evidence_t.T)
+        """papers × groups: the same, by paper."""
         """groups × papers: 1 for a passing mention of the group, 2 for a real one."""
         self.trend: FloatArray = np.array([trend_factor(p) for p in self.papers])
         self.recency: FloatArray = np.array([recency_factor(p, now) for p in self.papers])
@@ -724,7 +726,7 @@ ROCCHIO_BETA = 0.75
 ROCCHIO_GAMMA = 0.15
 """Weight of the papers a reader asks for less of (Rocchio's γ)."""
 MAX_VOTES = 50
-"""A reader's profile uses at most their latest this many votes."""
+"""A reader's profile uses at most their latest this many votes (votes come newest first)."""
 
 STOPWORDS = frozenset(
     (
@@ -886,12 +888,12 @@ def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
 
 
 class ProfileSpace:
-    """tf-idf vectors of the run's papers and of example papers, and their cosine similarities.
+    """tf-idf vectors of the run's papers and of example papers (the ones readers voted on and
+    topics' ``like:`` lists name): sublinear tf, smoothed idf over the run's papers, unit rows.
 
-    Built once per run, only when a topic has ``like:`` papers or a reader has votes:
-    ``similarity[e, p]`` is the cosine between example ``e`` and run paper ``p`` (sublinear tf,
-    smoothed idf over the run's papers, l2-normalized rows), so a reader's Rocchio profile
-    scores every paper with a weighted sum of a few rows.
+    Built once per run, only when a topic has ``like:`` papers or a reader has votes. Both sets
+    stay sparse (a few dozen weights per paper), so memory grows with the examples' text, not
+    with examples × papers; a reader's profile costs one sparse product with the run's papers.
     """
 
     def __init__(self, docs: Documents, examples: Sequence[Paper]) -> None:
@@ -921,9 +923,9 @@ class ProfileSpace:
         x = self._weigh(counts)
         self.run_vectors: sp.csr_matrix = x
         """run papers × vocabulary, unit rows."""
-        self.examples = self._weigh(self._counts(rows))
-        self.similarity: FloatArray = np.asarray((self.examples @ x.T).toarray(), dtype=np.float64)
-        """examples × run papers."""
+        self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
+        """examples × vocabulary, unit rows."""
+        self._run_t: sp.csc_matrix = sp.csc_matrix(x.T)
 
     def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
         """docs × vocabulary term counts (words outside the vocabulary are left out)."""
@@ -947,19 +949,10 @@ class ProfileSpace:
         norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
         return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ m)
 
-    @property
-    def gram(self) -> FloatArray:
-        """examples × examples cosines (computed once, on first use)."""
-        cached: FloatArray | None = self.__dict__.get("_gram")
-        if cached is None:
-            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
-            self.__dict__["_gram"] = cached
-        return cached
-
     def rocchio(
         self, more: Sequence[str], less: Sequence[str]
     ) -> tuple[FloatArray, FloatArray] | None:
-        """Each run paper's cosine with the Rocchio profile ``β·c(more) − γ·c(less)``.
+        """Each run paper's cosine with the Rocchio profile ``q = β·c(more) − γ·c(less)``.
 
         ``c`` is the centroid of the examples' unit vectors. Returns (the cosine, the part of it
         that comes from ``more``); papers not among the examples are ignored; None when nothing
@@ -969,29 +962,32 @@ class ProfileSpace:
         neg = [self.keys[k] for k in dict.fromkeys(less) if k in self.keys]
         if not pos and not neg:
             return None
-        n_papers = self.similarity.shape[1]
-        weights = np.zeros(len(self.keys))
-        if pos:
-            weights[pos] += ROCCHIO_BETA / len(pos)
-        if neg:
-            weights[neg] -= ROCCHIO_GAMMA / len(neg)
-        used = np.flatnonzero(weights)
-        w = weights[used]
-        e = self.examples[used]
-        gram = np.asarray((e @ e.T).toarray())
-        norm = math.sqrt(max(float(w @ gram @ w), 1e-12))
-        total = (w @ self.similarity[used]) / norm
-        liked = np.zeros(n_papers)
-        if pos:
-            liked = (ROCCHIO_BETA / len(pos)) * self.similarity[pos].sum(axis=0) / norm
-        return np.asarray(total, dtype=np.float64), np.asarray(liked, dtype=np.float64)
+        rows = pos + neg
+        w = np.array(
+            [ROCCHIO_BETA / max(1, len(pos))] * len(pos)
+            + [-ROCCHIO_GAMMA / max(1, len(neg))] * len(neg)
+        )
+        e = self.examples
+        q_more = np.zeros(e.shape[1])
+        q_less = np.zeros(e.shape[1])
+        for k, (r, weight) in enumerate(zip(rows, w.tolist(), strict=True)):
+            lo, hi = e.indptr[r], e.indptr[r + 1]
+            np.add.at(q_more if k < len(pos) else q_less, e.indices[lo:hi], weight * e.data[lo:hi])
+        q = q_more + q_less
+        norm = math.sqrt(max(float(q @ q), 1e-12))
+        x = self.run_vectors
+        total = np.asarray(x @ q).ravel() / norm
+        liked = np.asarray(x @ q_more).ravel() / norm if pos else np.zeros(x.shape[0])
+        return total, liked
 
     def closest(self, candidates: Sequence[str], paper_index: int) -> str | None:
         """Of ``candidates`` (example keys), the one most similar to a run paper."""
-        found = [k for k in candidates if k in self.keys]
+        found = [k for k in dict.fromkeys(candidates) if k in self.keys]
         if not found:
             return None
-        return max(found, key=lambda k: (self.similarity[self.keys[k], paper_index], k))
+        col = self._run_t[:, paper_index]
+        sims = np.asarray((self.examples[[self.keys[k] for k in found]] @ col).toarray()).ravel()
+        return max(zip(sims.tolist(), found, strict=True))[1]
 
 
 @dataclass(frozen=True)
@@ -1021,7 +1017,7 @@ class ProfileRows:
         c_idx: list[int] = []
         vals: list[float] = []
         for row, mine in prefs.items():
-            mine = list(mine)[-MAX_VOTES:]
+            mine = list(mine)[:MAX_VOTES]
             pos = list(
                 dict.fromkeys(
                     v.paper_key for v in mine if v.value > 0 and v.paper_key in space.keys
@@ -1047,12 +1043,12 @@ class ProfileRows:
         w = self.weights[start:stop]
         if not w.nnz:
             return None
-        out = np.zeros((stop - start, self.space.similarity.shape[1]))
+        space = self.space
+        out = np.zeros((stop - start, space.run_vectors.shape[0]))
         rows = np.flatnonzero(np.diff(w.indptr))
-        wr = w[rows]
-        dots = _dense(wr @ self.space.similarity)
-        norm2 = np.asarray(wr.multiply(_dense(wr @ self.space.gram)).sum(axis=1)).ravel()
-        norm = np.sqrt(np.maximum(norm2, 1e-12))
+        q = sp.csr_matrix(w[rows] @ space.examples)  # profiles × vocabulary
+        norm = np.sqrt(np.maximum(np.asarray(q.multiply(q).sum(axis=1)).ravel(), 1e-12))
+        dots = _dense(q @ space._run_t)
         out[rows] = self.scale[start:stop][rows, None] * dots / norm[:, None]
         return out
 
@@ -1211,6 +1207,8 @@ class Ranker:
         self.scores = scores
         self.ranked: dict[str, tuple[DigestItem, ...]] = {}
         papers_t = self.index.papers
+        self._key_rank = np.argsort(np.argsort([p.key for p in papers_t], kind="stable"))
+        self._reasons: dict[tuple[str, int], str] = {}
         for i, topic in enumerate(topics):
             row = self.scores[i]
             hits = np.flatnonzero(row > 0)
@@ -1256,47 +1254,64 @@ class Ranker:
             ok[rows] &= in_cat | ~index.known_category
         return ok
 
-    def reader_items(self, topic_name: str, prefs: Sequence[Vote]) -> Iterator[DigestItem]:
+    def reader_items(
+        self,
+        topic_name: str,
+        prefs: Sequence[Vote],
+        memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] | None = None,
+    ) -> Iterator[DigestItem]:
         """A topic's list for one reader whose votes touch it, best first (lazily).
 
-        Rocchio: the topic's relevance plus β·(mean cosine to the papers voted "more") minus
-        γ·(mean cosine to those voted "less"), in units of the topic's best keyword match
-        today; then the same filters, cut and trending as the shared list.
+        Rocchio: the topic's relevance plus the paper's cosine with the reader's profile
+        ``β·c(more) − γ·c(less)``, in units of the topic's best keyword match today; then the
+        same filters, cut and trending as the shared list. ``memo`` shares profiles between the
+        reader's topics.
         """
         if self.space is None:
             yield from self._pool_order[topic_name]
             return
-        mine = [v for v in prefs if v.topic in (None, topic_name)][-MAX_VOTES:]
-        more = [v.paper_key for v in mine if v.value > 0]
-        less = [v.paper_key for v in mine if v.value < 0]
-        found = self.space.rocchio(more, less)
+        mine = [v for v in prefs if v.topic in (None, topic_name)][:MAX_VOTES]
+        more = tuple(v.paper_key for v in mine if v.value > 0)
+        less = tuple(v.paper_key for v in mine if v.value < 0)
+        memo = {} if memo is None else memo
+        if (more, less) not in memo:
+            memo[more, less] = self.space.rocchio(more, less)
+        found = memo[more, less]
         if found is None:
             yield from self._pool_order[topic_name]
             return
         i = self._order[topic_name]
         total, liked = found
         scale = self._scale[topic_name]
-        passes = self._passes[i]
-        rel = self._relevance[i] + scale * total * passes
-        rel = np.where(rel >= self.topics[topic_name].min_score - 1e-9, rel, 0.0)
+        rel = self._relevance[i] + scale * total * self._passes[i]
+        rel[rel < self.topics[topic_name].min_score - 1e-9] = 0.0
         best = float(rel.max()) if rel.size else 0.0
         if best <= 0:
             return
-        keep = (rel > 0) & (rel >= RELATIVE_CUT * best - 1e-9)
-        score = rel * self.index.boost * keep
+        rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
+        score = np.round(rel * self.index.boost, 6)
         hits = np.flatnonzero(score > 0)
+        order = hits[np.lexsort((self._key_rank[hits], -score[hits]))]
         papers_t = self.index.papers
-        rounded = {int(j): round(float(score[j]), 6) for j in hits}
-        for j in sorted(rounded, key=lambda j: (-rounded[j], papers_t[j].key)):
-            reason = self.reason(topic_name, j)
+        lexical = self._lexical[i]
+        for j in order.tolist():
+            reason = self._reason(topic_name, j)
             like_part = scale * float(liked[j])
-            if more and like_part > 0 and like_part >= float(self._lexical[i, j]):
+            if more and like_part > 0 and like_part >= float(lexical[j]):
                 key = self.space.closest(more, j)
                 if key is not None:
-                    reason = " · ".join(
-                        x for x in (f"like: {_short(self.space.titles[key])}", reason) if x
-                    )
-            yield DigestItem(papers_t[j], topic_name, rounded[j], reason)
+                    like = f"like: {_short(self.space.titles[key])}"
+                    reason = f"{like} · {reason}" if reason else like
+            yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _reason(self, topic_name: str, j: int) -> str:
+        key = (topic_name, j)
+        found = self._reasons.get(key)
+        if found is None:
+            if len(self._reasons) > 100_000:
+                self._reasons.clear()
+            found = self._reasons[key] = self.reason(topic_name, j)
+        return found
 
     def _position(self, paper: Paper) -> int:
         for j, p in enumerate(self.index.papers):
@@ -1348,12 +1363,14 @@ class Ranker:
         seen: set[int] = set()
         entries = (*rule.keywords, *rule.required)
         evidence = 0.0
-        ev = self.index.evidence_t
+        ev = self.index.evidence
+        lo_e, hi_e = ev.indptr[j], ev.indptr[j + 1]
+        row_ev = dict(zip(ev.indices[lo_e:hi_e].tolist(), ev.data[lo_e:hi_e].tolist(), strict=True))
         for pos, (g, gid) in enumerate(zip(entries, self.queries.row_groups[i], strict=True)):
             if gid in seen or gid not in row_w:
                 continue
             seen.add(gid)
-            evidence += float(ev[gid, j])
+            evidence += row_ev.get(gid, 0.0)
             field, label = "abstract", g[0]
             for name, present in (("title", in_title), ("abstract", in_abstract)):
                 found = self._found(g, gid, present)
@@ -1451,7 +1468,8 @@ class Ranker:
         if votes and self.space is not None:
             touched = {n for n in names if any(v.topic in (None, n) for v in votes)}
             if touched:
-                mine = {n: self.reader_items(n, votes) for n in touched}
+                memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
+                mine = {n: self.reader_items(n, votes, memo) for n in touched}
                 return self._pick(names, frozenset(excluded), max_items, group_by_topic, mine)
         # The result depends on the exclusions only through the papers these topics can offer.
         pools = [self._pool_ids[n] for n in names]
@@ -1474,36 +1492,40 @@ class Ranker:
     ) -> tuple[TopicSection, ...]:
         # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
         # yields the same sequence as sorting the whole pool, and stops as soon as every topic
-        # is full: a subscriber costs a few dozen items, not every paper their topics match.
-        pool = heapq.merge(
-            *(
-                (
-                    (item.score, item.paper.key, k, item)
-                    for item in (readers or {}).get(name, self._pool_order[name])
-                )
-                for k, name in enumerate(names)
-            ),
-            key=lambda e: (-e[0], e[1], e[2]),
-        )
+        # is full: a subscriber costs a few dozen items, not every paper their topics match. A
+        # topic that is full is not read further (its later items could only be skipped).
+        sources = readers or {}
         limits = {n: self.topics[n].max_items or max_items for n in names}
         chosen: dict[str, list[DigestItem]] = {n: [] for n in names}
+        heap: list[tuple[float, str, int, DigestItem]] = []
+        lists: list[Iterator[DigestItem]] = []
+        for k, name in enumerate(names):
+            it = iter(sources.get(name, self._pool_order[name]))
+            lists.append(it)
+            first = next(it, None)
+            if first is not None and limits[name] > 0:
+                heap.append((-first.score, first.paper.key, k, first))
+        heapq.heapify(heap)
         open_topics = sum(1 for n in names if limits[n] > 0)
         taken: set[int] = set()
         total = 0
-        for _, _, _, item in pool:
+        while heap:
             if open_topics == 0 or (not group_by_topic and total >= max_items):
                 break
+            _, _, k, item = heapq.heappop(heap)
+            mine = chosen[names[k]]
+            limit = limits[names[k]]
             pid = item.paper.id
-            if pid in excluded or pid in taken:
-                continue
-            mine = chosen[item.topic]
-            if len(mine) >= limits[item.topic]:
-                continue
-            taken.add(pid)
-            mine.append(item)
-            total += 1
-            if len(mine) == limits[item.topic]:
-                open_topics -= 1
+            if pid not in excluded and pid not in taken:
+                taken.add(pid)
+                mine.append(item)
+                total += 1
+                if len(mine) == limit:
+                    open_topics -= 1
+            if len(mine) < limit:
+                following = next(lists[k], None)
+                if following is not None:
+                    heapq.heappush(heap, (-following.score, following.paper.key, k, following))
         if group_by_topic:
             return tuple(TopicSection(n, self.topics[n].label, tuple(chosen[n])) for n in names)
         merged = sorted(

@@ -89,7 +89,7 @@ def test_import_reports_bad_rows_by_line_and_keeps_the_rest(
     )
     r = run(config_path, "subscribers", "import", str(csv))
     out = " ".join(r.output.split())
-    assert "added 2" in out and "skipped 2" in out
+    assert "added 2" in out and "refused 2" in out
     assert "people.csv:3: email:" in out and "line breaks" in out  # the row's first line
     assert "people.csv:5:" in out and f"at most {MAX_NAME}" in out
     listed = {

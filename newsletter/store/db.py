@@ -900,6 +900,30 @@ class Store:
                     )
         return {sid: tuple(votes) for sid, votes in found.items()}
 
+    def voted_papers(self, since: datetime, limit: int = 20_000) -> list[Paper]:
+        """Papers readers voted on since ``since``, most recently voted first, at most ``limit``:
+        the examples a run's reader profiles can use."""
+        v = t.votes
+        latest = func.max(v.c.created_at)
+        with self.engine.connect() as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    select(v.c.paper_id)
+                    .where(v.c.created_at >= since)
+                    .group_by(v.c.paper_id)
+                    .order_by(latest.desc(), v.c.paper_id)
+                    .limit(limit)
+                )
+            ]
+            out: list[Paper] = []
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                rows = conn.execute(select(t.papers).where(t.papers.c.id.in_(chunk))).all()
+                sources = self._sources_for(conn, [r.id for r in rows])
+                out.extend(_paper(r, sources.get(r.id, ())) for r in rows)
+            return out
+
     def paper_by_key(self, key: str) -> Paper | None:
         """One stored paper by its key (a versionless arXiv id, ``doi:...``, ``url:...``)."""
         return self.papers_by_keys([key]).get(key)

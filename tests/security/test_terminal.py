@@ -117,9 +117,9 @@ def test_escapes_stay_out_of_the_database_the_terminal_and_the_digest(
     assert {"cs.DC", "gpux"} <= column("papers", "categories")
     assert "https://blog.example.org/posts/fast-gemm" in column("papers", "url")
     assert "https://github.com/evil/repo" in column("papers", "code_url")
-    assert any(
-        "incorrect id format see here [link=" in e for e in column("source_state", "last_error")
-    )
+    # The arXiv API error comes from a local file: named, never quoted (issue 16, item 13).
+    errors = column("source_state", "last_error")
+    assert errors and not any("[link=" in e or "incorrect id format" in e for e in errors)
 
     outputs["rank"] = run(config, "rank", "--to", "reader@example.org", "--explain").output
     outputs["list"] = run(config, "subscribers", "list").output
@@ -131,8 +131,8 @@ def test_escapes_stay_out_of_the_database_the_terminal_and_the_digest(
     # Markup from a name, a feed and a source's error prints literally.
     assert NAME in outputs["list"]
     assert "[bold red]markup[/]" in outputs["rank"]
-    assert "[link=http://evil.example]click[/link]" in outputs["status"]
-    assert "incorrect id format see here" in outputs["status"]
+    # The failing source's error is shown, but a local file's text is never quoted (item 13).
+    assert "incorrect id format" not in outputs["status"]
 
     [mail] = smtp_server.received
     text = text_part(mail.data)
