@@ -24,7 +24,7 @@ from newsletter.addresses import InvalidAddress, normalize_address, normalize_na
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import NewsletterError
-from newsletter.models import SubscriberStatus
+from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.store import Store
 from newsletter.text import strip_controls
 
@@ -680,6 +680,21 @@ def print_send_report(report: Any) -> None:
         )
 
 
+def known_subscriber(obj: Context, email: str, *, seed: bool = True) -> tuple[Store, Subscriber]:
+    """The store and the subscriber with this address; a clear error when there is none.
+
+    ``seed``: first add the config's ``subscribers:`` list, as commands that read them do.
+    """
+    store = obj.store()
+    if seed:
+        seed_subscribers(obj.config, store)
+    address = _address(email)
+    sub = store.get_subscriber(address)
+    if sub is None:
+        fail(f"{address} is not a subscriber (see: newsletter subscribers list)")
+    return store, sub
+
+
 @cli.command()
 @click.option(
     "--to", "to", required=True, metavar="EMAIL", help="The subscriber whose digest to render."
@@ -706,12 +721,7 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
     from newsletter.edition import EditionBuilder, edition_date_for
 
     with errors():
-        store = obj.store()
-        seed_subscribers(obj.config, store)
-        address = _address(to)
-        sub = store.get_subscriber(address)
-        if sub is None:
-            fail(f"{address} is not a subscriber")
+        store, sub = known_subscriber(obj, to)
         now = utcnow()
         builder = EditionBuilder(obj.config, store, now)
         sent = store.sent_paper_ids([sub.id])[sub.id]
@@ -747,12 +757,7 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     with errors():
         config = obj.config
         settings = config.settings
-        store = obj.store()
-        seed_subscribers(config, store)
-        address = _address(to)
-        sub = store.get_subscriber(address)
-        if sub is None:
-            fail(f"{address} is not a subscriber")
+        store, sub = known_subscriber(obj, to)
         now = utcnow()
         papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
         ranker = Ranker(
@@ -844,12 +849,7 @@ def feedback(
     from newsletter.feedback import Feedback
 
     with errors():
-        store = obj.store()
-        seed_subscribers(obj.config, store)
-        address = _address(email)
-        sub = store.get_subscriber(address)
-        if sub is None:
-            fail(f"{address} is not a subscriber (see: newsletter subscribers list)")
+        store, sub = known_subscriber(obj, email)
         service = Feedback(store, None, utcnow)
         if more or less or clear:
             done = service.apply(sub, more, less, clear)
@@ -1352,11 +1352,8 @@ def subscribers_set(
             "--pause or --resume (see newsletter subscribers set --help)"
         )
     with errors():
-        address = _address(email)
-        store = obj.store()
-        sub = store.get_subscriber(address)
-        if sub is None:
-            fail(f"{address} is not a subscriber")
+        store, sub = known_subscriber(obj, email, seed=False)
+        address = sub.email
         if sub.status not in LIVE:
             fail(
                 f"{address} is {sub.status.value}; only an active or paused subscriber's "
@@ -1445,11 +1442,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     """Show one subscriber with their consent record (when, how, from where they agreed) and
     their "more/less like this" votes."""
     with errors():
-        address = _address(email)
-        store = obj.store()
-        sub = store.get_subscriber(address)
-        if sub is None:
-            fail(f"{address} is not a subscriber")
+        store, sub = known_subscriber(obj, email, seed=False)
         consent = store.consent_record(sub.id) or {}
         votes = store.votes_of(sub.id)
     data: dict[str, Any] = {

@@ -4,22 +4,18 @@ has: name, topics, hour, frequency, pause), in a real headless Chromium; the JSO
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from fastapi.testclient import TestClient
 
-from newsletter.config import Config, load_config
+from newsletter.config import Config
 from newsletter.models import Frequency, SubscriberStatus
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.web import create_app
-from tests.conftest import SmtpServer, write_config
 from tests.security.helpers import newsletter
-from tests.web.conftest import Clock, web_settings
-from tests.web.test_browser import ARGS, CHROMIUM, LiveServer
+from tests.web.conftest import Clock
+from tests.web.test_browser import ARGS, CHROMIUM, live
+
+__all__ = ["live"]
 
 CONSENT = {"how": "web form", "when": "2026-11-17T06:00:00+00:00"}
 
@@ -35,24 +31,6 @@ def member(store: Store, clock: Clock) -> int:
         consent=CONSENT,
     )
     return sub.id
-
-
-@pytest.fixture
-def live(
-    tmp_path: Path, db_url: str, smtp_server: SmtpServer, clock: Clock
-) -> Iterator[tuple[str, Config, Store]]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    data = web_settings(db_url, smtp_server)
-    data["sender"]["base_url"] = base
-    config = load_config(write_config(tmp_path, data))
-    store = Store(config.database_url)
-    store.upgrade()
-    try:
-        with LiveServer(create_app(config, store, None, now=clock), port):
-            yield base, config, store
-    finally:
-        store.close()
 
 
 @pytest.mark.browser

@@ -9,45 +9,17 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from newsletter.sink import free_port
+from tests.web.test_browser import LiveServer
 
 LIMIT = 64 * 1024
 MARKER = "ECHO-MARKER-7f3a"
-
-
-class LiveServer:
-    """The app under a real uvicorn on loopback, in a thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
-            )
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> LiveServer:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
 
 
 @pytest.fixture

@@ -45,7 +45,11 @@ pytestmark = [
 
 
 class LiveServer:
-    def __init__(self, app: object, port: int) -> None:
+    """The app under a real uvicorn on loopback (``port``, else a free one), in a thread."""
+
+    def __init__(self, app: object, port: int | None = None) -> None:
+        self.port = port or free_port()
+        port = self.port
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")  # type: ignore[arg-type]
         )
