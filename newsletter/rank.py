@@ -954,9 +954,9 @@ class ProfileSpace:
     ) -> tuple[FloatArray, FloatArray] | None:
         """Each run paper's cosine with the Rocchio profile ``q = β·c(more) − γ·c(less)``.
 
-        ``c`` is the centroid of the examples' unit vectors. Returns (the cosine, the part of it
-        that comes from ``more``); papers not among the examples are ignored; None when nothing
-        is left.
+        ``c`` is the centroid of the examples' unit vectors. Returns (the cosine per run paper,
+        the ``more`` part of ``q`` over ``|q|``, for :meth:`liked`); papers not among the
+        examples are ignored; None when nothing is left.
         """
         pos = [self.keys[k] for k in dict.fromkeys(more) if k in self.keys]
         neg = [self.keys[k] for k in dict.fromkeys(less) if k in self.keys]
@@ -975,10 +975,14 @@ class ProfileSpace:
             np.add.at(q_more if k < len(pos) else q_less, e.indices[lo:hi], weight * e.data[lo:hi])
         q = q_more + q_less
         norm = math.sqrt(max(float(q @ q), 1e-12))
+        total = np.asarray(self.run_vectors @ q).ravel() / norm
+        return total, q_more / norm
+
+    def liked(self, more_part: FloatArray, paper_index: int) -> float:
+        """The share of a run paper's cosine that comes from the papers voted "more"."""
         x = self.run_vectors
-        total = np.asarray(x @ q).ravel() / norm
-        liked = np.asarray(x @ q_more).ravel() / norm if pos else np.zeros(x.shape[0])
-        return total, liked
+        lo, hi = x.indptr[paper_index], x.indptr[paper_index + 1]
+        return float(more_part[x.indices[lo:hi]] @ x.data[lo:hi])
 
     def closest(self, candidates: Sequence[str], paper_index: int) -> str | None:
         """Of ``candidates`` (example keys), the one most similar to a run paper."""
@@ -1184,7 +1188,7 @@ class Ranker:
                 else None
             )
             if found is not None:
-                liked = found[1]
+                liked = found[0]  # only "more" papers: the whole cosine is likeness
                 part = self._scale[topic.name] * liked * self._passes[i]
                 relevance[i] += part
                 self._liked[topic.name] = part
@@ -1281,7 +1285,7 @@ class Ranker:
             yield from self._pool_order[topic_name]
             return
         i = self._order[topic_name]
-        total, liked = found
+        total, more_part = found
         scale = self._scale[topic_name]
         rel = self._relevance[i] + scale * total * self._passes[i]
         rel[rel < self.topics[topic_name].min_score - 1e-9] = 0.0
@@ -1290,19 +1294,31 @@ class Ranker:
             return
         rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
         score = np.round(rel * self.index.boost, 6)
-        hits = np.flatnonzero(score > 0)
-        order = hits[np.lexsort((self._key_rank[hits], -score[hits]))]
         papers_t = self.index.papers
         lexical = self._lexical[i]
-        for j in order.tolist():
+        for j in self._best_first(score):
             reason = self._reason(topic_name, j)
-            like_part = scale * float(liked[j])
-            if more and like_part > 0 and like_part >= float(lexical[j]):
-                key = self.space.closest(more, j)
-                if key is not None:
-                    like = f"like: {_short(self.space.titles[key])}"
-                    reason = f"{like} · {reason}" if reason else like
+            if more:
+                like_part = scale * self.space.liked(more_part, j)
+                if like_part > 0 and like_part >= float(lexical[j]):
+                    key = self.space.closest(more, j)
+                    if key is not None:
+                        like = f"like: {_short(self.space.titles[key])}"
+                        reason = f"{like} · {reason}" if reason else like
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _best_first(self, score: FloatArray, first: int = 48) -> Iterator[int]:
+        """Indices of positive scores, by score then paper key; the best ``first`` (ties
+        included) are sorted before the rest, which are sorted only if someone reads on."""
+        hits = np.flatnonzero(score > 0)
+        if len(hits) > first:
+            kth = -np.partition(-score[hits], first - 1)[first - 1]
+            head, tail = hits[score[hits] >= kth], hits[score[hits] < kth]
+        else:
+            head, tail = hits, hits[:0]
+        keys = self._key_rank
+        for part in (head, tail):
+            yield from part[np.lexsort((keys[part], -score[part]))].tolist()
 
     def _reason(self, topic_name: str, j: int) -> str:
         key = (topic_name, j)
