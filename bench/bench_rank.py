@@ -398,7 +398,6 @@ def product_path(
     t2 = time.perf_counter()
     n_voters = len(votes)
     shared = len(ranker._sections)
-    ok = (t2 - t0) <= 2.0
     return f"""### The send path: {len(topics)} operator topics, {n_subs:,} readers, {n_voters:,} with votes
 
 A send ranks the operator's topics once (`Ranker`, with the voted papers as examples), then
@@ -411,7 +410,11 @@ follow ({VOTES} votes each).
 | rank {len(topics)} topics × {len(papers):,} papers, profile space with {len(examples):,} voted papers | {t1 - t0:.2f} s |
 | sections for {n_subs - n_voters:,} readers without votes | {plain:.2f} s ({plain / max(1, n_subs - n_voters) * 1e6:.0f} µs each) |
 | sections for {n_voters:,} readers with votes | {voted:.2f} s ({voted / max(1, n_voters) * 1e3:.2f} ms each) |
-| **all** | **{t2 - t0:.2f} s** (target ≤ 2 s: {"pass" if ok else "FAIL"}) |"""
+| **all** | **{t2 - t0:.2f} s** |
+
+No separate target: this is spread over a send (about 1 ms of CPU per digest); a reader with
+votes adds {voted / max(1, n_voters) * 1e3:.2f} ms to their digest, a reader without
+{plain / max(1, n_subs - n_voters) * 1e6:.0f} µs. The 2 s target is the table above."""
 
 
 def main(quick: bool) -> str:

@@ -334,14 +334,19 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
     min_score = np.zeros(n)
     category_only = np.zeros(n, dtype=bool)
     row_groups: list[tuple[int, ...]] = []
+    expanding = bool(v.acronyms.forward or v.acronyms.backward)
     for i, rule in enumerate(rules):
         # Terms the rule's entries name themselves: an acronym variant never adds them twice.
-        own = frozenset(
-            t for g in (*rule.keywords, *rule.required) for a in g for t in v.alias_terms(a)
+        own = (
+            frozenset(
+                t for g in (*rule.keywords, *rule.required) for a in g for t in v.alias_terms(a)
+            )
+            if expanding
+            else frozenset()
         )
 
         def group(g: Group, own: frozenset[int] = own) -> int:
-            if not any(v.variant_terms(a) for a in g):
+            if not expanding or not any(v.variant_terms(a) for a in g):
                 return v.group(g)  # no acronym variants: nothing can count twice
             return v.group(g, taken=own - {t for a in g for t in v.alias_terms(a)})
 
@@ -529,9 +534,13 @@ class PaperIndex:
             + (phrase_in_abstract > 0).astype(np.float64)
         )
         strong.data[:] = 1.0
-        self.evidence_t: sp.csr_matrix = sp.csr_matrix(presence + strong.multiply(presence)).T
-        self.evidence_t = self.evidence_t.tocsr()
-        self.evidence: sp.csr_matrix = sp.csr_matrix(self.evidence_t.T)
+        self.evidence: sp.csr_matrix = sp.csr_matrix(presence + strong.multiply(presence))
+        """papers × groups: 1 for a passing mention of the group, 2 for a real one."""
+        self.evidence_t: Any = (
+            self.evidence.T.toarray()
+            if n_groups * n_papers <= DENSE_LIMIT
+            else sp.csr_matrix(self.evidence.T.tocsr())
+        )
         """papers × groups: the same, by paper."""
         """groups × papers: 1 for a passing mention of the group, 2 for a real one."""
         self.trend: FloatArray = np.array([trend_factor(p) for p in self.papers])
@@ -925,7 +934,7 @@ class ProfileSpace:
         """run papers × vocabulary, unit rows."""
         self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
         """examples × vocabulary, unit rows."""
-        self._run_t: sp.csc_matrix = sp.csc_matrix(x.T)
+        self._run_t: sp.csr_matrix = sp.csr_matrix(x.T)
 
     def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
         """docs × vocabulary term counts (words outside the vocabulary are left out)."""
@@ -962,18 +971,20 @@ class ProfileSpace:
         neg = [self.keys[k] for k in dict.fromkeys(less) if k in self.keys]
         if not pos and not neg:
             return None
-        rows = pos + neg
-        w = np.array(
-            [ROCCHIO_BETA / max(1, len(pos))] * len(pos)
-            + [-ROCCHIO_GAMMA / max(1, len(neg))] * len(neg)
-        )
         e = self.examples
-        q_more = np.zeros(e.shape[1])
-        q_less = np.zeros(e.shape[1])
-        for k, (r, weight) in enumerate(zip(rows, w.tolist(), strict=True)):
-            lo, hi = e.indptr[r], e.indptr[r + 1]
-            np.add.at(q_more if k < len(pos) else q_less, e.indices[lo:hi], weight * e.data[lo:hi])
-        q = q_more + q_less
+        n = e.shape[1]
+
+        def centroid(members: list[int], weight: float) -> FloatArray:
+            if not members:
+                return np.zeros(n)
+            spans = [np.arange(e.indptr[r], e.indptr[r + 1]) for r in members]
+            at = np.concatenate(spans)
+            return np.bincount(e.indices[at], weights=weight * e.data[at], minlength=n).astype(
+                np.float64
+            )
+
+        q_more = centroid(pos, ROCCHIO_BETA / max(1, len(pos)))
+        q = q_more + centroid(neg, -ROCCHIO_GAMMA / max(1, len(neg)))
         norm = math.sqrt(max(float(q @ q), 1e-12))
         total = np.asarray(self.run_vectors @ q).ravel() / norm
         return total, q_more / norm
@@ -989,8 +1000,11 @@ class ProfileSpace:
         found = [k for k in dict.fromkeys(candidates) if k in self.keys]
         if not found:
             return None
-        col = self._run_t[:, paper_index]
-        sims = np.asarray((self.examples[[self.keys[k] for k in found]] @ col).toarray()).ravel()
+        x = self.run_vectors
+        lo, hi = x.indptr[paper_index], x.indptr[paper_index + 1]
+        paper = np.zeros(x.shape[1])
+        paper[x.indices[lo:hi]] = x.data[lo:hi]
+        sims = np.asarray(self.examples[[self.keys[k] for k in found]] @ paper).ravel()
         return max(zip(sims.tolist(), found, strict=True))[1]
 
 
