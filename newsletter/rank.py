@@ -77,6 +77,9 @@ BAG_TF = 0.5
 """A title with every word of a phrase keyword, out of order, counts this many mentions."""
 MIN_EVIDENCE = 2
 """A match needs more than one passing mention (see ``PaperIndex.evidence_t``)."""
+EVIDENCE_UNIT = 2.0**20
+"""Evidence points ride in the scoring product in these units, far above any row's relevance
+(a keyword adds at most about idf × 2.2 × 1.25 < 30), so one product gives both."""
 RELATIVE_CUT = 0.15
 """A topic shows papers whose relevance is at least this share of its best paper's today."""
 # Trending and age: a bounded multiplier on relevance, so they order papers that are about
@@ -350,10 +353,11 @@ def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Que
                 return v.group(g)  # no acronym variants: nothing can count twice
             return v.group(g, taken=own - {t for a in g for t in v.alias_terms(a)})
 
-        row_groups.append(tuple(group(g) for g in (*rule.keywords, *rule.required)))
-        for g in rule.keywords:
+        kw_groups = [group(g) for g in rule.keywords]
+        row_groups.append((*kw_groups, *(group(g) for g in rule.required)))
+        for gid in kw_groups:
             sr.append(i)
-            sc.append(group(g))
+            sc.append(gid)
         if rule.required:
             req = {group(g) for g in rule.required}
             n_required[i] = len(req)
@@ -536,23 +540,19 @@ class PaperIndex:
         strong.data[:] = 1.0
         self.evidence: sp.csr_matrix = sp.csr_matrix(presence + strong.multiply(presence))
         """papers × groups: 1 for a passing mention of the group, 2 for a real one."""
-        self.evidence_t: Any = (
-            self.evidence.T.toarray()
-            if n_groups * n_papers <= DENSE_LIMIT
-            else sp.csr_matrix(self.evidence.T.tocsr())
-        )
+        self.evidence_t: sp.csr_matrix = sp.csr_matrix(self.evidence.T)
         """papers × groups: the same, by paper."""
         """groups × papers: 1 for a passing mention of the group, 2 for a real one."""
         self.trend: FloatArray = np.array([trend_factor(p) for p in self.papers])
         self.recency: FloatArray = np.array([recency_factor(p, now) for p in self.papers])
         self.boost: FloatArray = self.trend * self.recency
         boosted = sp.diags(self.boost) @ weights
+        both = sp.csr_matrix(boosted + EVIDENCE_UNIT * self.evidence)
         self.boosted_t: Any = (
-            boosted.T.toarray()
-            if n_groups * n_papers <= DENSE_LIMIT
-            else sp.csr_matrix(boosted.T.tocsr())
+            both.T.toarray() if n_groups * n_papers <= DENSE_LIMIT else sp.csr_matrix(both.T)
         )
-        """groups × papers, relevance × boost: dense while small (faster), else sparse."""
+        """groups × papers: relevance × boost, plus evidence points in units of EVIDENCE_UNIT
+        (one product gives a row's score and its evidence); dense while small, else sparse."""
         cat_rows = [
             (p, vocab.categories[category_key(c)])
             for p, paper in enumerate(self.papers)
@@ -599,9 +599,10 @@ def score_block(
     is relevance from elsewhere (a reader's profile), added before the filters apply.
     """
     scoring = q.scoring[start:stop]
-    scores = _dense(scoring @ index.boosted_t)
-    if scoring.nnz:
-        scores *= _dense(scoring @ index.evidence_t) >= MIN_EVIDENCE
+    both = _dense(scoring @ index.boosted_t)
+    points = (both * (1.0 / EVIDENCE_UNIT)).astype(np.int32)  # both >= 0: truncation is floor
+    scores = both - EVIDENCE_UNIT * points
+    scores[points < MIN_EVIDENCE] = 0.0  # one passing mention and nothing else: no match
     if extra is not None:
         scores += extra * index.boost
     authors = q.authors[start:stop]
