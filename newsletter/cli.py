@@ -765,6 +765,7 @@ def print_send_report(report: Any) -> None:
         err_console.print(
             f"[bold red]error:[/] {shown(report.relay_error)}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
             highlight=False,
+            soft_wrap=True,  # one line, however long: logs and the journal split at newlines
         )
 
 
