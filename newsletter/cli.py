@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -23,14 +25,57 @@ from newsletter import __version__
 from newsletter.addresses import InvalidAddress, normalize_address, normalize_name
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
-from newsletter.errors import NewsletterError
+from newsletter.errors import ExitStatus, NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.store import Store
 from newsletter.text import strip_controls
 
-console = Console()
-err_console = Console(stderr=True)
 log = logging.getLogger(__name__)
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or already closed
+        return False
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A Rich console for stdout or stderr that writes escape codes only to a terminal.
+
+    Colours and styles only when the stream is a terminal, ``NO_COLOR`` is unset and ``TERM`` is
+    not ``dumb``; a pipe, a file or the journal gets plain text even when ``FORCE_COLOR`` or
+    ``TTY_COMPATIBLE`` is set (another tool's setting must not put escape codes into logs).
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = _is_terminal(stream)
+    plain = (
+        not terminal
+        or os.environ.get("NO_COLOR", "") != ""
+        or os.environ.get("TERM", "").lower() in ("dumb", "unknown")
+    )
+    return Console(
+        stderr=stderr,
+        force_terminal=terminal,
+        color_system=None if plain else "auto",
+        no_color=plain,
+    )
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+
+
+def setup_output() -> None:
+    """Consoles for this command's real streams; stdout written a line at a time, so a log line
+    on stderr never lands inside a half-written line when both go to one file (``2>&1``)."""
+    global console, err_console
+    console = make_console()
+    err_console = make_console(stderr=True)
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and not _is_terminal(sys.stdout):
+        with contextlib.suppress(ValueError, OSError):  # cannot be reconfigured: keep it
+            reconfigure(line_buffering=True)
 
 
 @dataclass
@@ -46,8 +91,18 @@ class Context:
         return self._config
 
     def open_store(self) -> Store:
-        store = Store(self.config.database_url)
+        """The configured database, connected (one clear error when it cannot be)."""
+        from newsletter.config import ENV_DATABASE_URL
+
+        config = self.config
+        where = (
+            f"${ENV_DATABASE_URL}"
+            if os.environ.get(ENV_DATABASE_URL)
+            else f"database.url in {config.path}"
+        )
+        store = Store(config.database_url, where=where)
         self._stores.append(store)
+        store.check_connection()
         return store
 
     def close(self) -> None:
@@ -70,21 +125,36 @@ def shown(text: object) -> str:
     return escape(strip_controls(str(text)))
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def fail(message: str, code: int = ExitStatus.FAILED) -> NoReturn:
     """Print ``error: message`` (as plain text: never markup) to stderr and exit."""
     err_console.print(
         f"[bold red]error:[/] {shown(message)}", highlight=False, markup=True, soft_wrap=True
     )
-    sys.exit(code)
+    sys.exit(int(code))
+
+
+def _open_stores() -> list[Store]:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_object(Context) if ctx is not None else None
+    return list(obj._stores) if obj is not None else []
 
 
 @contextmanager
 def errors() -> Iterator[None]:
-    """Turn newsletter's own errors into one clear line and exit status 1."""
+    """Turn newsletter's own errors, and a database that fails under a command, into one clear
+    line on stderr and the exit status of their kind (:class:`ExitStatus`)."""
+    from sqlalchemy.exc import DBAPIError
+
     try:
         yield
     except NewsletterError as e:
-        fail(str(e))
+        fail(str(e), e.exit_status)
+    except DBAPIError as e:
+        stores = _open_stores()
+        error = stores[-1].error(e) if stores else None
+        if error is None:
+            fail(f"database error: {' '.join(str(e.orig).split())}")
+        fail(str(error), error.exit_status)
 
 
 def seed_subscribers(
@@ -150,6 +220,7 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: s
     """
     from newsletter.logs import setup_logging
 
+    setup_output()
     setup_logging(verbose, log_format)  # type: ignore[arg-type]
     ctx.obj = Context(config_path)
     ctx.call_on_close(ctx.obj.close)
@@ -467,7 +538,9 @@ def do_send(
         print_fetch_report(fetch_step(config, store, now))
     if config.settings.workers is not None and to is None and not dry_run:
         return send_by_workers(config, store, now, topic=topic, wait=wait)
-    with SendProgress(err_console, enabled=not dry_run) as progress:
+    from newsletter.logs import uses_json
+
+    with SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress:
         report = send_step(
             config,
             store,
@@ -554,10 +627,13 @@ class SendProgress:
     pipe) one plain line every ``every`` seconds, so long runs show they are alive in logs.
     """
 
-    def __init__(self, console: Console, *, enabled: bool = True, every: float = 10.0) -> None:
+    def __init__(
+        self, console: Console, *, enabled: bool = True, every: float = 10.0, as_log: bool = False
+    ) -> None:
         import time
 
         self.console = console
+        self.as_log = as_log
         self.enabled = enabled
         self.every = every
         self._time = time.monotonic
@@ -610,7 +686,19 @@ class SendProgress:
         now = self._time()
         if now - self._last >= self.every:
             self._last = now
-            self.console.print(f"sending: {self.line(report)}", highlight=False)
+            if self.as_log:  # stderr holds JSON log lines: the progress is one of them
+                from newsletter.logs import step
+
+                remaining = report.remaining
+                step(
+                    "sending",
+                    sent=report.sent,
+                    failed=report.failed,
+                    remaining=remaining,
+                    rate=round(report.rate, 1),
+                )
+            else:
+                self.console.print(f"sending: {self.line(report)}", highlight=False)
 
 
 def print_send_report(report: Any) -> None:
@@ -677,6 +765,7 @@ def print_send_report(report: Any) -> None:
         err_console.print(
             f"[bold red]error:[/] {shown(report.relay_error)}. The run stopped; nothing more was sent. Run 'newsletter send --now' again when the relay works.",
             highlight=False,
+            soft_wrap=True,  # one line, however long: logs and the journal split at newlines
         )
 
 
@@ -1550,12 +1639,19 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, p
 
 
 def serve_app(
-    config: Config, store: Store, *, host: str, port: int, scheduler: bool = True
+    config: Config,
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    scheduler: bool = True,
+    listening: Callable[[], None] | None = None,
 ) -> None:
-    """Run the web app, the scheduler and (when configured) the inbound receiver until stopped."""
+    """Run the web app, the scheduler and (when configured) the inbound receiver until stopped;
+    ``listening`` is called once every port is bound."""
     from newsletter.service import run_service
 
-    run_service(config, store, host=host, port=port, scheduler=scheduler)
+    run_service(config, store, host=host, port=port, scheduler=scheduler, listening=listening)
 
 
 @cli.command()
@@ -1577,12 +1673,17 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
         config.secret_key()  # refuse to start without a strong link-signing key
         store = obj.store()
         web = config.settings.web
-        console.print(
-            f"Serving on http://{host or web.host}:{port or web.port} (public URL: {config.settings.sender.base_url}).",
-            highlight=False,
-        )
+        host, port = host or web.host, port or web.port
         serve_app(
-            config, store, host=host or web.host, port=port or web.port, scheduler=not no_scheduler
+            config,
+            store,
+            host=host,
+            port=port,
+            scheduler=not no_scheduler,
+            listening=lambda: console.print(
+                f"Serving on http://{host}:{port} (public URL: {config.settings.sender.base_url}).",
+                highlight=False,
+            ),
         )
 
 
@@ -1653,7 +1754,7 @@ def sink(maildir: Path, port: int) -> None:
 
     from newsletter.sink import MaildirSink
 
-    with MaildirSink(maildir, port=port):
+    with errors(), MaildirSink(maildir, port=port):
         console.print(f"SMTP sink on 127.0.0.1:{port}, storing into {maildir}. Ctrl-C stops it.")
         try:
             while True:

@@ -967,7 +967,7 @@ def _resolve_db_url(url: str, base: Path) -> str:
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith("sqlite:////"):
         rest = url[len(prefix) :]
-        if rest and rest != ":memory:":
+        if rest and rest != ":memory:" and not rest.startswith("file:"):  # file: URIs as given
             return prefix + str((base / rest).resolve())
     return url
 

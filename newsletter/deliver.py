@@ -15,6 +15,7 @@ import contextlib
 import functools
 import re
 import smtplib
+import socket
 import ssl
 import uuid
 from collections.abc import Callable
@@ -187,16 +188,55 @@ def is_temporary(code: int) -> bool:
     return 400 <= code < 500 or code == 552
 
 
+class _NoGreeting(smtplib.SMTPException):
+    """The server did not greet like an SMTP server: ``said`` is what it sent instead."""
+
+    def __init__(self, said: str) -> None:
+        self.said = said
+        super().__init__(said)
+
+
+_GREETING = re.compile(rb"\d{3}(?:[ -]|\r?\n)")
+
+
 class _Tracking(smtplib.SMTP):
     """``smtplib.SMTP`` that remembers how far the transaction got (set by ``_transact``).
 
     ``stage`` is the last command sent (``MAIL``, ``RCPT``, ``DATA``); ``final_dot_sent`` is true
     once the message and its final ``.`` were written to the socket, before the reply is read. A
     connection lost after that point is RFC 1047's window: the relay may have taken the message.
+    Its greeting is checked first: :class:`_NoGreeting` when the server said something else
+    (an HTTP server), nothing, or closed the connection.
     """
 
     stage = "CONNECT"
     final_dot_sent = False
+    _greeted = False
+
+    def getreply(self) -> tuple[int, bytes]:
+        if not self._greeted:
+            self._greeted = True
+            self._check_greeting()
+        return super().getreply()
+
+    def _check_greeting(self) -> None:
+        sock = self.sock
+        if sock is None or isinstance(sock, ssl.SSLSocket):  # TLS already proved a TLS server
+            return
+        try:
+            start = sock.recv(512, socket.MSG_PEEK)  # left in the socket for smtplib to read
+        except TimeoutError as e:
+            self.close()
+            raise _NoGreeting("") from e
+        except OSError:
+            return  # smtplib reads the same socket and reports the error
+        if not start:
+            self.close()
+            raise _NoGreeting("")
+        if (len(start) >= 4 and not _GREETING.match(start)) or not start[:3].isdigit():
+            first = start.splitlines()[0].decode("latin-1") if start.strip() else ""
+            self.close()
+            raise _NoGreeting(re.sub(r"[\x00-\x1f\x7f]", "?", first)[:80] or repr(start[:20]))
 
 
 class _TrackingSSL(_Tracking, smtplib.SMTP_SSL):
@@ -241,6 +281,19 @@ class SmtpMailer:
                     conn.starttls(context=ssl.create_default_context())
             if s.username:
                 conn.login(s.username, s.password() or "")
+        except _NoGreeting as e:
+            _close_quietly(conn)
+            said = f"it said {e.said!r}" if e.said else ""
+            if not said:
+                raise RelayError(
+                    f"the relay at {self._where()} sent no SMTP greeting within {s.timeout:g} s "
+                    "or closed the connection; check smtp.host and smtp.port (an SMTP relay "
+                    "greets at once, on port 25, 465 or 587)"
+                ) from e
+            raise RelayError(
+                f"the relay at {self._where()} did not answer like an SMTP server ({said}); "
+                "check smtp.host and smtp.port (an SMTP relay listens on 25, 465 or 587)"
+            ) from e
         except smtplib.SMTPAuthenticationError as e:
             _close_quietly(conn)
             raise RelayError(

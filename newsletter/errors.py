@@ -7,6 +7,11 @@ was one, chains its cause (``raise ... from e``)::
     ├── ConfigError          a config file is missing, unreadable or invalid (file:line: key: why)
     ├── SourceError          one source could not be fetched or parsed (source name, URL, why)
     ├── StoreError           the database is unreachable or not migrated
+    │   ├── DatabaseUnavailable  the server is down, the database is missing, the login refused
+    │   ├── DatabaseReadOnly     the SQLite file (or its folder) cannot be written
+    │   └── UnsupportedDatabase  the URL names a database newsletter does not support
+    ├── NotInstalled         an optional part (an extra such as ``postgres``) is not installed
+    ├── PortInUse            a port newsletter should listen on is taken
     ├── DeliveryError        one message could not be handed to the relay
     │   └── RelayError       the relay itself is unusable (unreachable, TLS, auth): stop the run
     └── SubscriberError      an address or subscriber command is invalid
@@ -14,9 +19,34 @@ was one, chains its cause (``raise ... from e``)::
 
 from __future__ import annotations
 
+import errno
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """The exit statuses of the ``newsletter`` command (documented in docs/operations.md)."""
+
+    OK = 0
+    FAILED = 1
+    """An edition or a source failed, or another error (the message says which)."""
+    RELAY_UNUSABLE = 2
+    """The relay could not be used (unreachable, not SMTP, TLS, login): the run stopped."""
+    CONFIG = 3
+    """The config file is missing or invalid, or a setting is unusable (a database URL)."""
+    DATABASE_UNAVAILABLE = 4
+    """The database server is down, the database is missing, or the login was refused."""
+    DATABASE_READ_ONLY = 5
+    """The SQLite database file (or its folder) cannot be written."""
+    NOT_INSTALLED = 6
+    """An optional part is not installed (e.g. ``pip install 'newsletter[postgres]'``)."""
+    PORT_IN_USE = 7
+    """A port to listen on (``serve``, ``inbound``, ``sink``) is taken by another program."""
+
 
 class NewsletterError(Exception):
-    """Root of every error newsletter raises on purpose."""
+    """Root of every error newsletter raises on purpose; ``exit_status`` is the CLI's."""
+
+    exit_status: ExitStatus = ExitStatus.FAILED
 
 
 class ConfigError(NewsletterError):
@@ -24,6 +54,8 @@ class ConfigError(NewsletterError):
 
     ``problems`` holds one line per mistake, each ``file:line: key.path: what is wrong``.
     """
+
+    exit_status = ExitStatus.CONFIG
 
     def __init__(self, path: str, problems: list[str]) -> None:
         self.path = path
@@ -47,6 +79,36 @@ class SourceError(NewsletterError):
 
 class StoreError(NewsletterError):
     """The database is unreachable, or its schema is not at the version this code needs."""
+
+
+class DatabaseUnavailable(StoreError):
+    """The database server cannot be reached, the database does not exist, or refused us."""
+
+    exit_status = ExitStatus.DATABASE_UNAVAILABLE
+
+
+class DatabaseReadOnly(StoreError):
+    """The SQLite database file (or the folder it lives in) cannot be written."""
+
+    exit_status = ExitStatus.DATABASE_READ_ONLY
+
+
+class UnsupportedDatabase(StoreError):
+    """The database URL names a database newsletter does not support (only SQLite, PostgreSQL)."""
+
+    exit_status = ExitStatus.CONFIG
+
+
+class NotInstalled(NewsletterError):
+    """An optional part newsletter needs for this setting is not installed."""
+
+    exit_status = ExitStatus.NOT_INSTALLED
+
+
+class PortInUse(NewsletterError):
+    """A port newsletter should listen on is already taken."""
+
+    exit_status = ExitStatus.PORT_IN_USE
 
 
 class DeliveryError(NewsletterError):
@@ -80,8 +142,25 @@ class DeliveryError(NewsletterError):
         super().__init__(f"{address}: {reason}")
 
 
+def listen_error(error: OSError, host: str, port: int, fix: str) -> NewsletterError:
+    """The one-line error for a port that cannot be listened on; ``fix`` says what to do."""
+    where = f"{host}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        return PortInUse(f"port {where} is already in use by another program; {fix}")
+    if error.errno == errno.EACCES:
+        return NewsletterError(
+            f"cannot listen on {where}: permission denied (a port below 1024 needs root or "
+            f"CAP_NET_BIND_SERVICE); {fix}"
+        )
+    if error.errno == errno.EADDRNOTAVAIL:
+        return NewsletterError(f"cannot listen on {where}: no such local address; {fix}")
+    return NewsletterError(f"cannot listen on {where}: {error.strerror or error}; {fix}")
+
+
 class RelayError(NewsletterError):
     """The relay cannot be used at all (unreachable, TLS failure, authentication refused)."""
+
+    exit_status = ExitStatus.RELAY_UNUSABLE
 
 
 class SubscriberError(NewsletterError):

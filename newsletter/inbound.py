@@ -30,7 +30,7 @@ from aiosmtpd.lmtp import LMTP
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import InboundSettings
-from newsletter.errors import NewsletterError
+from newsletter.errors import NewsletterError, listen_error
 from newsletter.subscribe import (
     InvalidRequest,
     Outcome,
@@ -210,6 +210,7 @@ class InboundServer:
 
     def __init__(self, service: Subscriptions, settings: InboundSettings) -> None:
         self.handler = InboundHandler(service, settings)
+        self.settings = settings
         cls = _LmtpController if settings.lmtp else Controller
         kwargs: dict[str, Any] = {"hostname": settings.host, "port": settings.port}
         if not settings.lmtp:
@@ -217,7 +218,15 @@ class InboundServer:
         self.controller = cls(self.handler, **kwargs)
 
     def __enter__(self) -> InboundServer:
-        self.controller.start()
+        try:
+            self.controller.start()
+        except OSError as e:
+            raise listen_error(
+                e,
+                self.settings.host,
+                self.settings.port,
+                "stop the other program, or set inbound.port (or pass --port) to a free port",
+            ) from e
         return self
 
     def __exit__(self, *exc: object) -> None:

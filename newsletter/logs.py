@@ -61,6 +61,11 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+def uses_json() -> bool:
+    """Whether the root logger writes JSON lines (then stderr is for machines: no prose)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
 def setup_logging(verbosity: int = 0, fmt: Format = "auto") -> None:
     """Configure the root logger once for a command. ``auto``: JSON unless stderr is a terminal."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())

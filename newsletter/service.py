@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from newsletter.config import Config
+from newsletter.errors import NewsletterError, listen_error
 from newsletter.runs import fetch_step, send_step
 from newsletter.scheduler import Jobs, build_scheduler, due_filter
 from newsletter.store import Store
@@ -59,9 +61,40 @@ def _server_class() -> Any:
     return Server
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``; :class:`~newsletter.errors.PortInUse` (one line)
+    when the port is taken."""
+    fix = "stop the other program, or set web.port (or pass --port) to a free port"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise NewsletterError(
+            f"cannot listen on {host}:{port}: {e.strerror}; check web.host or --host"
+        ) from e
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise listen_error(e, host, port, fix) from e
+    sock.set_inheritable(True)
+    return sock
+
+
 def run_service(
-    config: Config, store: Store, *, host: str, port: int, scheduler: bool = True
+    config: Config,
+    store: Store,
+    *,
+    host: str,
+    port: int,
+    scheduler: bool = True,
+    listening: Callable[[], None] | None = None,
 ) -> None:
+    """Serve until SIGTERM or SIGINT; ``listening`` is called once every port is bound."""
     import uvicorn
 
     from newsletter.web import create_app
@@ -78,15 +111,12 @@ def run_service(
             proxy_headers=True,
             forwarded_allow_ips=config.settings.web.forwarded_allow_ips,
             log_level="warning",
+            log_config=None,  # its lines go through our handler: JSON or text, never colours
             access_log=False,
         )
     )
     with ExitStack() as stack:
-        sched = None
-        if scheduler:
-            sched = build_scheduler(config, jobs)
-            sched.start()
-            log.info("scheduler started", extra={"jobs": [j.name for j in sched.get_jobs()]})
+        sock = stack.enter_context(listen(host, port))
         if config.settings.inbound.address:
             from newsletter.inbound import InboundServer
             from newsletter.subscribe import Subscriptions
@@ -100,6 +130,12 @@ def run_service(
                 config.settings.inbound.port,
             )
 
+        sched = None
+        if scheduler:
+            sched = build_scheduler(config, jobs)
+            sched.start()
+            log.info("scheduler started", extra={"jobs": [j.name for j in sched.get_jobs()]})
+
         def on_signal(signum: int, frame: FrameType | None) -> None:
             log.info(
                 "received %s: finishing the message in flight, then stopping",
@@ -109,8 +145,10 @@ def run_service(
             server.should_exit = True
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        if listening is not None:
+            listening()
         try:
-            server.run()  # returns once a signal asked it to exit
+            server.run(sockets=[sock])  # returns once a signal asked it to exit
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

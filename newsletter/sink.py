@@ -14,6 +14,8 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 
+from newsletter.errors import listen_error
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -48,7 +50,12 @@ class MaildirSink:
         self.controller = Controller(self.handler, hostname=host, port=self.port)
 
     def __enter__(self) -> MaildirSink:
-        self.controller.start()
+        try:
+            self.controller.start()
+        except OSError as e:
+            raise listen_error(
+                e, self.host, self.port, "stop the other program or choose another with --port"
+            ) from e
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -32,7 +32,13 @@ from sqlalchemy import (
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
-from newsletter.errors import StoreError
+from newsletter.errors import (
+    DatabaseReadOnly,
+    DatabaseUnavailable,
+    NotInstalled,
+    StoreError,
+    UnsupportedDatabase,
+)
 from newsletter.models import (
     EditionStatus,
     Frequency,
@@ -53,6 +59,95 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+SUPPORTED = {"sqlite": "sqlite:///path/to/newsletter.db", "postgresql": "postgresql+psycopg://…"}
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password hidden, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: show it as given, it has no parsable password
+        return url
+
+
+def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
+    """``create_engine`` for a database newsletter supports, with its driver installed."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    shown = safe_url(url)
+    supported = " or ".join(SUPPORTED.values())
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError as e:
+        raise UnsupportedDatabase(
+            f"{where}: {shown!r} is not a database URL; use {supported}"
+        ) from e
+    if backend not in SUPPORTED:
+        raise UnsupportedDatabase(
+            f"{where}: {shown}: newsletter does not support {backend} databases; use {supported}"
+        )
+    try:
+        return create_engine(url, **engine_kw)
+    except NoSuchModuleError as e:
+        raise UnsupportedDatabase(
+            f"{where}: {shown}: unknown database driver; use {supported}"
+        ) from e
+    except ImportError as e:
+        if backend == "postgresql":
+            raise NotInstalled(
+                f"{where}: {shown} needs the PostgreSQL driver (psycopg), which is not installed: "
+                "pip install 'newsletter[postgres]'"
+            ) from e
+        raise NotInstalled(f"{where}: {shown} needs the module {e.name}, not installed") from e
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(p.strip() for p in text.splitlines() if p.strip())
+
+
+def database_error(url: str, error: BaseException, where: str = "database.url") -> StoreError:
+    """The :class:`StoreError` that says, in one line, why the database at ``url`` failed and
+    what to do; ``where`` names the setting the URL came from."""
+    orig = getattr(error, "orig", None) or error
+    reason = _one_line(str(orig)) or type(orig).__name__
+    shown = safe_url(url)
+    if url.startswith("sqlite"):
+        name = str(getattr(orig, "sqlite_errorname", ""))
+        path = url.split("///", 1)[-1].split("?", 1)[0].removeprefix("file:")
+        if name == "SQLITE_READONLY" or "readonly database" in reason:
+            return DatabaseReadOnly(
+                f"the database file {path} is read-only ({reason}); make it and its folder "
+                f"writable by this user (SQLite writes a -wal file next to it), or point {where} "
+                "at a writable copy"
+            )
+        if name == "SQLITE_CANTOPEN" or "unable to open database" in reason:
+            return DatabaseUnavailable(
+                f"cannot open the database file {path} ({reason}); check that its folder exists "
+                f"and this user may write there, or fix {where}"
+            )
+        return StoreError(f"database {shown}: {reason}")
+    code = str(getattr(orig, "sqlstate", "") or "")
+    if code == "3D000" or ("does not exist" in reason and "database" in reason):
+        database = url.rsplit("/", 1)[-1].split("?", 1)[0]
+        return DatabaseUnavailable(
+            f"the database {shown} does not exist ({reason}); create it "
+            f"(createdb {database}) or fix {where}"
+        )
+    if code in ("28P01", "28000"):
+        return DatabaseUnavailable(
+            f"the database {shown} refused the login ({reason}); fix the user or password in "
+            f"{where}"
+        )
+    if code.startswith("08") or isinstance(orig, OSError) or "connection" in reason.lower():
+        return DatabaseUnavailable(
+            f"cannot connect to the database {shown} ({reason}); start the server or fix {where}"
+        )
+    return StoreError(f"database {shown}: {reason}")
 
 
 def content_hash(p: PaperData | Paper) -> str:
@@ -154,12 +249,22 @@ class RunRecord:
 class Store:
     """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate."""
 
-    def __init__(self, url: str, *, engine: Engine | None = None, **engine_kw: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        engine: Engine | None = None,
+        where: str = "database.url",
+        **engine_kw: Any,
+    ) -> None:
         self.url = normalize_url(url)
+        self.where = where
         if engine is None:
+            engine = _create_engine(self.url, where, **engine_kw)
             if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
-                Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(self.url, **engine_kw)
+                path = self.url.removeprefix("sqlite:///")
+                if not path.startswith("file:"):  # a file: URI names an existing file
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.engine = engine
         self._sent_papers_stmt: Insert | None = None
         self._claim_stmt: Insert | None = None
@@ -173,6 +278,18 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def error(self, error: BaseException) -> StoreError:
+        """A database error as one line naming this database and what to do."""
+        return database_error(self.url, error, self.where)
+
+    def check_connection(self) -> None:
+        """Open one connection; raise :class:`DatabaseUnavailable` (one line) when it fails."""
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except _SAError as e:
+            raise self.error(e) from e
 
     # ------------------------------------------------------------------ schema
 
@@ -209,7 +326,7 @@ class Store:
                         conn.exec_driver_sql("PRAGMA foreign_keys=ON")
                         conn.commit()
         except OperationalError as e:
-            raise StoreError(f"cannot open the database {self._safe_url()}: {e.orig}") from e
+            raise self.error(e) from e
 
     def current_revision(self) -> str | None:
         from alembic.runtime.migration import MigrationContext
@@ -228,7 +345,7 @@ class Store:
         try:
             current = self.current_revision()
         except (OperationalError, ProgrammingError) as e:
-            raise StoreError(f"cannot open the database {self._safe_url()}: {e.orig}") from e
+            raise self.error(e) from e
         head = self.head_revision()
         if current != head:
             state = (

@@ -50,7 +50,7 @@ def test_an_existing_empty_key_file_is_refused(tmp_path: Path) -> None:
 
     # `newsletter serve` refuses to start: one line, the config error status, nothing served.
     result = CliRunner().invoke(cli, ["--config", str(path), "serve", "--port", "1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # ExitStatus.CONFIG
     assert "Serving on" not in result.output
     assert "secret key is empty" in result.output
     assert len([line for line in result.output.splitlines() if line.strip()]) == 1
