@@ -1703,7 +1703,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         scheduler = build_scheduler(config, Jobs(fetch=lambda n: None, send_due=lambda n: None))
         upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
         upcoming.sort(key=lambda x: x[1] or now)
-        snapshot = store.ops_snapshot(now.date())
+        snapshot = store.ops_snapshot(now.date(), config.settings.fetched_sources())
         runs = store.last_runs(run_count)
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch

@@ -762,6 +762,10 @@ class Settings(_Strict):
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
 
+    def fetched_sources(self) -> set[str]:
+        """Names of the sources fetched now (configured and enabled): the ones worth alerting on."""
+        return {s.name for s in self.sources if s.enabled}
+
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:
             if topic.name == name:

@@ -175,3 +175,59 @@ def test_an_unknown_key_in_a_topic_suggests_and_names_the_topic(tmp_path: Path) 
         "cfg.yaml:7: topics[0].keywrods: unknown key; did you mean \"keywords\"? (in topic 'moe')"
         in out
     )
+
+
+# ---------------------------------------------------------------------------- item 11: sources
+
+
+def test_a_source_removed_from_the_config_drops_out_of_status_and_metrics(
+    tmp_path: Path, db_url: str
+) -> None:
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from newsletter.config import load_config
+    from newsletter.store import Store
+    from newsletter.web import create_app
+    from tests.conftest import base_config, write_config
+
+    data = base_config(db_url)
+    data["web"] = {"secret_key": "a-test-secret-that-signs-links-0123456789"}
+    broken = [
+        {"name": "gone", "kind": "feed", "url": str(tmp_path / "no-such-feed.xml")},
+        {"name": "kept-broken", "kind": "feed", "url": str(tmp_path / "missing-too.xml")},
+    ]
+    path = write_config(tmp_path, {**data, "sources": data["sources"] + broken})
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--config", str(path), "db", "upgrade"]).exit_code == 0
+    runner.invoke(cli, ["--config", str(path), "fetch"])
+    before = json.loads(runner.invoke(cli, ["--config", str(path), "status", "--json"]).output)
+    assert {s["source"] for s in before["failing_sources"]} == {"gone", "kept-broken"}
+
+    # The operator removes 'gone' from the config; 'kept-broken' stays (and still fails).
+    write_config(tmp_path, {**data, "sources": data["sources"] + broken[1:]})
+    after = runner.invoke(cli, ["--config", str(path), "status", "--json"])
+    assert after.exit_code == 0, after.output
+    assert [s["source"] for s in json.loads(after.output)["failing_sources"]] == ["kept-broken"]
+    text = " ".join(runner.invoke(cli, ["--config", str(path), "status"]).output.split())
+    assert "source kept-broken failed 1 time(s) in a row" in text
+    assert "source gone failed" not in text  # (the fetch run's record still names it)
+
+    config = load_config(path)
+    store = Store(config.database_url)
+    try:
+        with TestClient(create_app(config, store, None)) as client:
+            metrics = client.get("/metrics").text
+        assert 'newsletter_source_consecutive_failures{source="kept-broken"} 1' in metrics
+        assert 'source="gone"' not in metrics
+        # The history stays in the database: put 'gone' back and it is reported again.
+        assert "gone" in {s.source for s in store.all_source_states()}
+    finally:
+        store.close()
+
+    # A disabled source is not fetched either: its old failures raise no alert.
+    disabled = [{**broken[1], "enabled": False}]
+    write_config(tmp_path, {**data, "sources": data["sources"] + disabled})
+    quiet = json.loads(runner.invoke(cli, ["--config", str(path), "status", "--json"]).output)
+    assert quiet["failing_sources"] == []
