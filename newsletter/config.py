@@ -418,6 +418,8 @@ def _words(entry: Keyword) -> list[str]:
 
 class DigestSettings(_Strict):
     max_items: int = Field(default=10, ge=1, le=100)
+    """Papers per topic section (a topic's own ``max_items`` overrides it); with
+    ``group_by_topic: false``, papers in the one merged list."""
     empty: Literal["skip", "send"] = "skip"
     """What to do when nothing new matches: skip the edition, or send a short 'nothing new' note."""
     subject: str = "{count} new papers in {topics} · {date:%b %d}"

@@ -13,6 +13,7 @@ from newsletter.config import Config
 from newsletter.runs import fetch_step, send_step
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
+from newsletter.text import counted
 
 
 def run_demo(config: Config, var: Path, console: Console) -> Path | None:
@@ -56,13 +57,14 @@ def _run(config: Config, store: Store, var: Path, console: Console) -> Path | No
         written.append(path)
     console.print()
     console.print(
-        f"[bold]Summary[/]: {fetched.entries} entries fetched, {fetched.new} new papers "
-        f"({store.count_papers()} stored); digests sent: {report.sent}, "
+        f"[bold]Summary[/]: {counted(fetched.entries, 'entry')} fetched, "
+        f"{counted(fetched.new, 'new paper')} ({store.count_papers()} stored); "
+        f"digests sent: {report.sent}, "
         f"already sent today: {report.already}, empty: {report.empty}, failed: {report.failed}."
     )
     if report.sent == 0 and report.already:
         console.print(
-            f"Today's editions were already sent ({report.already} subscribers); a subscriber gets "
+            f"Today's editions were already sent ({counted(report.already, 'subscriber')}); a subscriber gets "
             f"one edition a day. Delete {var} and {config.database_url.removeprefix('sqlite:///')} to start over."
         )
     console.print(f"Maildir with every message: {maildir.resolve()}")
