@@ -71,5 +71,32 @@ def _run(config: Config, store: Store, var: Path, console: Console) -> Path | No
     if written:
         first = sorted(written)[0].resolve()
         console.print(f"Open a digest in a browser: [bold]{first}[/]")
+        console.print(serve_hint(config), highlight=False, soft_wrap=True)
         return first
     return None
+
+
+def serve_hint(config: Config) -> str:
+    """How to serve what the demo digests link to (View in browser, Manage, Unsubscribe).
+
+    The demo only sends; the links point at ``sender.base_url``, which ``newsletter serve``
+    answers on ``web.port``. Without the scheduler it sends nothing more.
+    """
+    import shlex
+    import sys
+
+    try:
+        shown = config.path.relative_to(Path.cwd())
+    except ValueError:
+        shown = config.path
+    exe = Path(sys.argv[0]) if sys.argv and sys.argv[0].endswith("newsletter") else None
+    program = str(exe) if exe is not None and exe.parent != Path(".") else "newsletter"
+    from urllib.parse import urlsplit
+
+    port = urlsplit(config.settings.sender.base_url).port or config.settings.web.port
+    command = f"{program} --config {shlex.quote(str(shown))} serve --no-scheduler --port {port}"
+    return (
+        f"The digests' links (View in browser, Manage topics, Unsubscribe) go to "
+        f"{config.settings.sender.base_url}; to follow them, run: {command} "
+        "(web pages only, no more mail; Ctrl-C stops it)."
+    )

@@ -503,3 +503,93 @@ def test_progress_counts_add_up_to_the_list_with_messages_in_flight(
         store.close()
     assert report.sent == 12 and seen[-1] == (12, 0, 0, 0)
     assert any(in_flight for _, _, in_flight, _ in seen)  # handed over before the answer came
+
+
+# ---------------------------------------------------------------------------- item 12: demo, tour
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_demo_says_how_to_serve_its_links_and_they_work_when_served(tmp_path: Path) -> None:
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from newsletter.config import load_config
+    from newsletter.store import Store
+    from newsletter.web import create_app
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    config_path = tmp_path / "config" / "demo.yaml"
+    var = tmp_path / "var" / "demo"
+    result = CliRunner().invoke(cli, ["--config", str(config_path), "demo", "--dir", str(var)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "The digests' links (View in browser, Manage topics, Unsubscribe) go to" in out
+    hint = re.search(
+        r"to follow them, run: (\S+) --config (\S+) serve --no-scheduler --port (\d+)", out
+    )
+    assert hint, out
+    assert Path(hint[2]).resolve() == config_path.resolve() and hint[3] == "8000"
+
+    # What that command serves: the app on the demo's config and database.
+    html = (var / "html" / "ada-example-org.html").read_text(encoding="utf-8")
+    view = re.search(r'href="http://localhost:8000(/archive/view/[^"]+)"', html)
+    manage = re.search(r'href="http://localhost:8000(/manage/[^"]+)"', html)
+    assert view and manage
+    config = load_config(config_path)
+    store = Store(config.database_url)
+    try:
+        with TestClient(create_app(config, store, None)) as client:
+            page = client.get(view[1])
+            assert page.status_code == 200
+            first_title = re.search(r'<a class="title" href="[^"]*"[^>]*>([^<&]{12,})', html)
+            assert first_title and first_title[1][:30] in page.text
+            assert client.get(manage[1]).status_code == 200
+    finally:
+        store.close()
+
+
+def _tour_commands() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tour = readme.split("## A short tour", 1)[1].split("\n## ", 1)[0]
+    block = tour.split("```sh", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_tour_names_no_topic_a_user_would_not_have(tmp_path: Path) -> None:
+    import yaml
+
+    from newsletter.config import parse_config
+
+    example = (ROOT / "config" / "newsletter.example.yaml").read_text(encoding="utf-8")
+    settings, _ = parse_config(example, "example.yaml")
+    shipped = {t.name for t in settings.topics}
+    commands = _tour_commands()
+    for command in commands:
+        for topic in re.findall(r"--topic (\S+)", command):
+            assert topic not in shipped, f"the tour hard-codes topic {topic!r}: {command}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert ". .venv/bin/activate" in readme and "pip install ." in readme
+
+    # A user who renamed the topics runs the tour's 'subscribers add' with their own name.
+    data = yaml.safe_load(example)
+    data["topics"] = [{"name": "my-systems", "keywords": ["cache"]}]
+    data["database"] = {"url": f"sqlite:///{tmp_path / 'n.db'}"}
+    path = tmp_path / "newsletter.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    [add] = [c for c in commands if c.startswith("newsletter subscribers add")]
+    args = shlex_split(add.replace("TOPIC", "my-systems"))[1:]
+    run_cli(path, "db", "upgrade")
+    assert "Added ada@example.org (my-systems)" in run_cli(path, *args)
+    # Without --topic, the command lists the topics the config has.
+    missing = CliRunner().invoke(
+        cli, ["--config", str(path), "subscribers", "add", "b@example.org"]
+    )
+    assert "available: my-systems" in missing.output
+
+
+def shlex_split(command: str) -> list[str]:
+    import shlex
+
+    return shlex.split(command)
