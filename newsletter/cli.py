@@ -7,8 +7,10 @@ import functools
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from newsletter.config import Config, load_config
 from newsletter.errors import ExitStatus, NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.store import Store
-from newsletter.text import strip_controls
+from newsletter.text import counted, strip_controls
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,9 @@ def setup_output() -> None:
 @dataclass
 class Context:
     config_path: str | None
+    started: float = field(default_factory=time.monotonic)
+    """When the command started (``time.monotonic``): the process's start-up when run as
+    ``newsletter``, so a "Took" line includes start-up, config and database set-up."""
     _config: Config | None = None
     _stores: list[Store] = field(default_factory=list)
 
@@ -222,7 +227,9 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: s
 
     setup_output()
     setup_logging(verbose, log_format)  # type: ignore[arg-type]
-    ctx.obj = Context(config_path)
+    # main() hands over when the process started; otherwise (tests, embedding) start now.
+    started = ctx.obj if isinstance(ctx.obj, float) else time.monotonic()
+    ctx.obj = Context(config_path, started=started)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -281,7 +288,7 @@ def db_upgrade(obj: Context) -> None:
     else:
         console.print(f"Database {url} migrated: {before or 'empty'} → {after}.")
     if added:
-        console.print(f"Added {added} subscriber(s) from {obj.config.path}.")
+        console.print(f"Added {counted(added, 'subscriber')} from {obj.config.path}.")
     for note in notes:
         click.echo(f"not added: {note}", err=True)
 
@@ -354,8 +361,7 @@ def _status(s: Any) -> str:
         return "not modified (304)"
     if not s.errors:
         return "ok"
-    stored = s.new + s.updated + s.unchanged
-    return "partial" if stored else "failed"
+    return "partial" if s.stored else "failed"
 
 
 def fetch_report_json(report: Any) -> dict[str, Any]:
@@ -363,6 +369,7 @@ def fetch_report_json(report: Any) -> dict[str, Any]:
         "entries": report.entries,
         "new": report.new,
         "updated": report.updated,
+        "unannounced": report.unannounced,
         "skipped": report.skipped,
         "failed_sources": [s.source for s in report.failed],
         "sources": [
@@ -374,6 +381,7 @@ def fetch_report_json(report: Any) -> dict[str, Any]:
                 "new": s.new,
                 "updated": s.updated,
                 "unchanged": s.unchanged,
+                "unannounced": s.unannounced,
                 "merged": s.merged,
                 "not_modified": s.not_modified,
                 "skipped": [{"what": k.what, "reason": k.reason} for k in s.skipped],
@@ -418,7 +426,15 @@ def print_fetch_report(report: Any) -> None:
         else ""
     )
     console.print(
-        f"{report.entries} entries, {report.new} new papers, {report.updated} updated.{tail}",
+        f"{counted(report.entries, 'entry')}, {counted(report.new, 'new paper')}, "
+        f"{report.updated} updated"
+        + (
+            f", {counted(report.unannounced, 'paper')} stored without announcing (revisions of "
+            "papers not seen before, or backfill)"
+            if report.unannounced
+            else ""
+        )
+        + f".{tail}",
         highlight=False,
     )
     for s in report.sources:
@@ -482,7 +498,7 @@ def send(
     workers ('newsletter worker') instead of being sent from this process; --to, --force and
     --dry-run still run here.
 
-    Progress (sent, failed, remaining, rate) goes to stderr, a summary table to stdout. Exit
+    Progress (sent, failed, in flight, remaining, rate) goes to stderr, a summary table to stdout. Exit
     status 1: an edition failed (see the list, or 'newsletter status'); 2: the relay could not
     be used and the run stopped. Safe to run again at any time: each subscriber gets one
     edition per day (docs/delivery.md).
@@ -537,7 +553,7 @@ def do_send(
     if do_fetch:
         print_fetch_report(fetch_step(config, store, now))
     if config.settings.workers is not None and to is None and not dry_run:
-        return send_by_workers(config, store, now, topic=topic, wait=wait)
+        return send_by_workers(config, store, now, topic=topic, wait=wait, started=obj.started)
     from newsletter.logs import uses_json
 
     with SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress:
@@ -552,12 +568,12 @@ def do_send(
             keep_rendered=keep_rendered,
             progress=progress,
         )
-    print_send_report(report)
+    print_send_report(report, started=obj.started)
     return report
 
 
 def send_by_workers(
-    config: Config, store: Store, now: Any, *, topic: str | None, wait: bool
+    config: Config, store: Store, now: Any, *, topic: str | None, wait: bool, started: float
 ) -> Any:
     """Queue the edition for the workers; with ``wait``, show progress and the summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -571,7 +587,8 @@ def send_by_workers(
     def enqueued(e: Enqueued) -> None:
         nonlocal bar, task
         console.print(
-            f"Queued {e.subscribers} edition(s) in {len(e.results)} chunk(s) on queue {queue}"
+            f"Queued {counted(e.subscribers, 'edition')} in {counted(len(e.results), 'chunk')} "
+            f"on queue {queue}"
             + (f"; {e.settled} already sent or skipped" if e.settled else "")
             + ".",
             highlight=False,
@@ -616,12 +633,15 @@ def send_by_workers(
     if report is None:
         console.print("Not waiting: 'newsletter status' shows the run once the workers finish.")
         return None
-    print_send_report(report)
+    print_send_report(report, started=started)
     return report
 
 
 class SendProgress:
-    """Live progress of a send on stderr: sent, failed, remaining, rate.
+    """Live progress of a send on stderr: sent, failed, in flight, remaining, rate.
+
+    In flight: handed to the connections, outcome not known yet; remaining: not reached yet.
+    Sent + failed + in flight + remaining (+ already sent, empty, skipped) is the whole list.
 
     On a terminal a progress bar redrawn a few times a second; otherwise (cron, systemd, a
     pipe) one plain line every ``every`` seconds, so long runs show they are alive in logs.
@@ -665,7 +685,7 @@ class SendProgress:
     def line(report: Any) -> str:
         remaining = report.remaining
         return (
-            f"sent {report.sent}, failed {report.failed}, "
+            f"sent {report.sent}, failed {report.failed}, in flight {report.in_flight}, "
             f"remaining {'?' if remaining is None else remaining}, {report.rate:.1f} msg/s"
         )
 
@@ -701,11 +721,37 @@ class SendProgress:
                 self.console.print(f"sending: {self.line(report)}", highlight=False)
 
 
-def print_send_report(report: Any) -> None:
+def seconds_text(seconds: float) -> str:
+    """A duration as people read it: "0.043 s", "1.3 s", "42 s", "3 min 05 s"."""
+    if seconds < 0.01:
+        return "under 0.01 s"
+    if seconds < 10:
+        return f"{seconds:.2g} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def took_line(seconds: float, sent: int) -> str:
+    """``Took … (… messages/s).`` over the whole command, start-up included."""
+    if sent == 0:
+        return f"Took {seconds_text(seconds)}, start-up included; nothing was sent."
+    rate = sent / max(seconds, 1e-9)
+    shown_rate = f"{rate:.2g}" if rate < 10 else f"{rate:.0f}"
+    unit = "message" if sent == 1 else "messages"
+    return (
+        f"Took {seconds_text(seconds)}, start-up included: {sent} {unit}, {shown_rate} messages/s."
+    )
+
+
+def print_send_report(report: Any, started: float | None = None) -> None:
+    """The summary table; ``started`` (``time.monotonic``) dates the "Took" line."""
     dates = ", ".join(sorted(d.isoformat() for d in report.dates)) or "today"
     if report.dry_run:
         console.print(
-            f"Dry run for {dates}: {len(report.rendered)} digest(s) would be sent, {report.empty} empty; nothing was sent or recorded."
+            f"Dry run for {dates}: {counted(len(report.rendered), 'digest')} would be sent, "
+            f"{report.empty} empty; nothing was sent or recorded."
         )
         for addr, rendered in report.rendered:
             console.print(f"  {shown(addr)}: {shown(rendered.subject)}", highlight=False)
@@ -733,17 +779,15 @@ def print_send_report(report: Any) -> None:
         if always or value:
             table.add_row(label, str(value))
     console.print(table)
-    console.print(
-        f"Took {report.duration:.1f} s ({report.rate:.1f} messages/s).",
-        highlight=False,
-    )
+    took = report.duration if started is None else time.monotonic() - started
+    console.print(took_line(took, report.sent), highlight=False)
     if report.considered == 0:
         console.print(
             "No active subscribers. Add one: newsletter subscribers add EMAIL --topic NAME"
         )
     if report.no_listing:
         console.print(
-            f"{report.no_listing} edition(s) skipped: {shown(report.no_listing_reason)}; "
+            f"{counted(report.no_listing, 'edition')} skipped: {shown(report.no_listing_reason)}; "
             "their papers go out in the next edition.",
             highlight=False,
         )
@@ -821,7 +865,7 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
         if text_out is not None:
             text_out.write_text(rendered.text, encoding="utf-8")
     console.print(f"Subject: {shown(rendered.subject)}", highlight=False)
-    console.print(f"Wrote {out} ({len(digest.items)} papers).")
+    console.print(f"Wrote {out} ({counted(len(digest.items), 'paper')}).")
     if digest.is_empty and obj.config.settings.digest.empty == "skip":
         console.print(
             "Nothing new in these topics today: with digest.empty: skip this edition is not "
@@ -863,8 +907,9 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
         )
     console.print(
         f"{shown(sub.email)} ({sub.status.value}): topics {shown(', '.join(sub.topics)) or 'none'}; "
-        f"{len(papers)} papers from the last {settings.digest.lookback_days} days, "
-        f"{len(sent)} already sent to them"
+        f"{counted(len(papers), 'paper')} first seen here in the last "
+        f"{counted(settings.digest.lookback_days, 'day')} (digest.lookback_days; the ages "
+        f"below count from publication), {len(sent)} already sent to them"
         + (f"; {len(votes)} of their votes reorder their topics." if votes else "."),
         highlight=False,
     )
@@ -1046,11 +1091,21 @@ def subscribers_add(
             f"Added {shown(sub.email)} ({shown(', '.join(sub.topics))}).", highlight=False
         )
     else:
-        console.print(
-            f"{shown(sub.email)} is already a subscriber "
-            f"({sub.status.value}; {shown(', '.join(sub.topics))}).",
-            highlight=False,
+        wanted = [
+            *(f"--topic {t}" for t in topics if set(topics) != set(sub.topics)),
+            *([f"--name {shlex.quote(name)}"] if name and name != sub.name else []),
+            *([f"--timezone {tz}"] if tz and tz != sub.timezone else []),
+        ]
+        line = (
+            f"{sub.email} is already a subscriber ({sub.status.value}; topics "
+            f"{', '.join(sub.topics)}; timezone {sub.timezone})"
         )
+        if wanted:
+            line += (
+                "; nothing changed: 'subscribers add' only adds. To change them: "
+                f"newsletter subscribers set {sub.email} {' '.join(wanted)}"
+            )
+        console.print(escape(strip_controls(line + ".")), highlight=False, soft_wrap=True)
 
 
 @subscribers.command("list")
@@ -1114,20 +1169,23 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
         )
         return
     table = Table()
+    # An address is never cut or folded (it is copied into other commands); other columns fold.
+    longest = max(len(shown(s.email)) for s in rows)
+    table.add_column("email", no_wrap=True, min_width=longest)
     if status == SubscriberStatus.SUPPRESSED.value:
-        for col in ("email", "failures", "relay's last answer"):
+        for col in ("failures", "relay's last answer"):
             table.add_column(col, overflow="fold")
         for s in rows:
             count, answer = failures.get(s.id, (0, None))
             table.add_row(shown(s.email), str(count), shown(answer or ""))
-        console.print(table)
+        _print_wide(table)
         console.print(
             "Suppressed addresses get no mail until they confirm by email again: "
             "newsletter subscribers invite EMAIL --topic NAME."
         )
         return
-    for col in ("email", "name", "status", "topics", "timezone", "since"):
-        table.add_column(col)
+    for col in ("name", "status", "topics", "timezone", "since"):
+        table.add_column(col, overflow="fold")
     for s in rows:
         table.add_row(
             shown(s.email),
@@ -1137,7 +1195,24 @@ def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
             shown(s.timezone),
             s.created.date().isoformat(),
         )
-    console.print(table)
+    _print_wide(table)
+
+
+def _print_wide(table: Table) -> None:
+    """Print ``table`` whole: on a terminal other columns fold to fit; into a pipe or a file
+    there is no screen to fit, so the table is as wide as its content needs."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(table)
+    finally:
+        console.width = width
 
 
 @subscribers.command("remove")
@@ -1515,7 +1590,7 @@ def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: st
     if outcome is Outcome.LIMITED:
         rl = obj.config.settings.web.rate_limit
         fail(
-            f"{address} was sent {rl.per_address} mail(s) in the last "
+            f"{address} was sent {counted(rl.per_address, 'mail')} in the last "
             f"{rl.per_address_window // 3600} h (web.rate_limit.per_address); nothing sent, "
             "try again later"
         )
@@ -1774,7 +1849,9 @@ def _took(run: Any) -> float | None:
 
 
 def main() -> None:
-    cli(prog_name="newsletter")
+    from newsletter import STARTED
+
+    cli(prog_name="newsletter", obj=STARTED)
 
 
 # ---------------------------------------------------------------------------- status
@@ -1797,7 +1874,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         scheduler = build_scheduler(config, Jobs(fetch=lambda n: None, send_due=lambda n: None))
         upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
         upcoming.sort(key=lambda x: x[1] or now)
-        snapshot = store.ops_snapshot(now.date())
+        snapshot = store.ops_snapshot(now.date(), config.settings.fetched_sources())
         runs = store.last_runs(run_count)
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
@@ -1837,9 +1914,9 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         return
     subs = snapshot["subscribers"]
     console.print(
-        f"[bold]{subs.get('active', 0)}[/] active subscribers"
+        f"[bold]{subs.get('active', 0)}[/] active subscriber{'' if subs.get('active', 0) == 1 else 's'}"
         + "".join(f", {v} {k}" for k, v in sorted(subs.items()) if k != "active")
-        + f"; {snapshot['papers']} papers stored.",
+        + f"; {counted(snapshot['papers'], 'paper')} stored.",
         highlight=False,
     )
     today = ", ".join(f"{v} {k}" for k, v in sorted(snapshot["editions_today"].items()))
@@ -1876,7 +1953,8 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print("No runs yet: 'newsletter fetch' and 'newsletter send --now' record theirs.")
     for source, failures, error in snapshot["failing_sources"]:
         console.print(
-            f"[yellow]source {shown(source)}[/] failed {failures} time(s) in a row: {shown(error)}",
+            f"[yellow]source {shown(source)}[/] failed {counted(failures, 'time')} in a row: "
+            f"{shown(error)}",
             highlight=False,
         )
     if suppressed:

@@ -183,6 +183,29 @@ class DeliverySettings(_Strict):
 
 SourceKind = Literal["arxiv_rss", "arxiv_api", "hf_daily", "feed"]
 
+#: URL schemes a source may use; anything without ``scheme://`` is a local path.
+SOURCE_SCHEMES = ("http", "https", "file")
+_ALLOWED_SOURCES = "http://, https://, file:// or a path relative to the config file"
+
+
+def source_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a source location (unknown scheme, no host), or ``None``."""
+    import difflib
+
+    if not url.strip():
+        return f"a source needs a url: {_ALLOWED_SOURCES}"
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", url)
+    if m is None:
+        return None  # a local path
+    scheme, rest = m.group(1).lower(), m.group(2)
+    if scheme not in SOURCE_SCHEMES:
+        close = difflib.get_close_matches(scheme, SOURCE_SCHEMES, n=1, cutoff=0.6)
+        hint = f' (did you mean "{close[0]}://"?)' if close else ""
+        return f"{url!r}: unknown URL scheme {scheme!r}{hint}; use {_ALLOWED_SOURCES}"
+    if scheme != "file" and not re.match(r"^[^/\s?#]+", rest):
+        return f"{url!r} has no host name (write it like https://rss.arxiv.org/rss/cs.LG)"
+    return None
+
 
 class SourceSettings(_Strict):
     name: str
@@ -213,6 +236,14 @@ class SourceSettings(_Strict):
     def _name(cls, value: str) -> str:
         if not _SLUG.match(value):
             raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        problem = source_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("categories")
@@ -387,6 +418,8 @@ def _words(entry: Keyword) -> list[str]:
 
 class DigestSettings(_Strict):
     max_items: int = Field(default=10, ge=1, le=100)
+    """Papers per topic section (a topic's own ``max_items`` overrides it); with
+    ``group_by_topic: false``, papers in the one merged list."""
     empty: Literal["skip", "send"] = "skip"
     """What to do when nothing new matches: skip the edition, or send a short 'nothing new' note."""
     subject: str = "{count} new papers in {topics} · {date:%b %d}"
@@ -439,7 +472,8 @@ class FetchTime(_Strict):
     cron: str
     """Five-field crontab: minute hour day month weekday, e.g. "30 20 * * sun,mon,tue,wed,thu".
 
-    Weekdays by name: APScheduler numbers them from Monday=0, so ranges like "sun-thu" wrap.
+    Weekdays by name: APScheduler counts them from Monday (mon=0, unlike crontab), so weekday
+    numbers and ranges past Sunday ("sun-thu": write "sun,mon-thu") are refused.
     """
     timezone: str = "America/New_York"
 
@@ -448,6 +482,9 @@ class FetchTime(_Strict):
     def _cron(cls, value: str) -> str:
         from apscheduler.triggers.cron import CronTrigger
 
+        weekdays = _weekday_problem(value)
+        if weekdays is not None:
+            raise ValueError(f"bad crontab {value!r}: {weekdays}")
         try:
             CronTrigger.from_crontab(value)
         except ValueError as e:
@@ -460,6 +497,37 @@ class FetchTime(_Strict):
     @classmethod
     def _tz(cls, value: str) -> str:
         return _check_timezone(value)
+
+
+_WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+"""APScheduler 3.x order of ``day_of_week``: Monday is 0, Sunday 6 (crontab: Sunday is 0)."""
+
+
+def _weekday_problem(cron: str) -> str | None:
+    """Why the weekday field of ``cron`` would not mean what a crontab reader expects."""
+    fields = cron.split()
+    if len(fields) != 5:
+        return None  # APScheduler's own message says how many fields it wants
+    weekday = fields[4].lower()
+    if re.search(r"\d", weekday.split("/", 1)[0]):
+        return (
+            f"weekday {fields[4]!r}: write day names (mon, tue, ... sun), not numbers: in "
+            "crontab 0 is Sunday, but APScheduler counts from Monday (mon=0 ... sun=6), so "
+            "numbers would pick other days than you meant"
+        )
+    for part in weekday.split(","):
+        m = re.fullmatch(r"([a-z]{3})-([a-z]{3})(/\d+)?", part)
+        if m is None or m.group(1) not in _WEEKDAYS or m.group(2) not in _WEEKDAYS:
+            continue
+        first, last = _WEEKDAYS.index(m.group(1)), _WEEKDAYS.index(m.group(2))
+        if first > last:
+            head = m.group(1) if first == 6 else f"{m.group(1)}-sun"
+            tail = "mon" if last == 0 else f"mon-{m.group(2)}"
+            return (
+                f"weekday range {part!r} runs backwards: APScheduler counts weekdays from Monday "
+                f"(mon=0 ... sun=6) and a range cannot wrap past Sunday; write {head},{tail}"
+            )
+    return None
 
 
 def _default_fetch_times() -> list[FetchTime]:
@@ -696,6 +764,10 @@ class Settings(_Strict):
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
 
+    def fetched_sources(self) -> set[str]:
+        """Names of the sources fetched now (configured and enabled): the ones worth alerting on."""
+        return {s.name for s in self.sources if s.enabled}
+
     def topic(self, name: str) -> TopicSettings:
         for topic in self.topics:
             if topic.name == name:
@@ -849,10 +921,59 @@ def _clean_loc(loc: tuple[Any, ...]) -> Loc:
     )
 
 
-def _describe(err: Mapping[str, Any]) -> str:
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    """The settings model whose keys are valid at ``loc`` (a path of keys and list indexes)."""
+    import types
+    import typing
+
+    model: type[BaseModel] = Settings
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for n, f in model.model_fields.items() if part in (n, f.alias)),
+            None,
+        )
+        if field is None:
+            return None
+        pending: list[Any] = [field.annotation]
+        found: type[BaseModel] | None = None
+        while pending:
+            kind = pending.pop()
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                found = kind
+                break
+            if typing.get_origin(kind) in (list, typing.Union, types.UnionType):
+                pending.extend(typing.get_args(kind))
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def valid_keys(model: type[BaseModel]) -> list[str]:
+    """The keys a config section of ``model`` accepts, as written in YAML."""
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _unknown_key(loc: Loc) -> str:
+    import difflib
+
+    model = _model_at(loc[:-1])
+    key = loc[-1] if loc else ""
+    if model is None or not isinstance(key, str):
+        return "unknown key (check the spelling; see config/newsletter.example.yaml)"
+    keys = valid_keys(model)
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if close:
+        return f'unknown key; did you mean "{close[0]}"?'
+    return f"unknown key (valid here: {', '.join(keys)})"
+
+
+def _describe(err: Mapping[str, Any], loc: Loc) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown key (check the spelling; see config/newsletter.example.yaml)"
+        return _unknown_key(loc)
     if kind == "missing":
         return "required key is missing"
     msg = str(err["msg"])
@@ -931,15 +1052,75 @@ def _topic_hint(loc: Loc, data: Mapping[str, Any]) -> str:
     return f" (in topic {name!r})" if isinstance(name, str) and len(loc) > 2 else ""
 
 
+_OPENED_AT_CONTEXT = (
+    "while scanning a simple key",
+    "while scanning a quoted scalar",
+    "while scanning a block scalar",
+    "while parsing a flow sequence",
+    "while parsing a flow mapping",
+)
+"""Parser contexts whose start (not where the parser gave up) is the line with the mistake."""
+
+_YAML_HINTS = (
+    ("could not find expected ':'", "a key without ':' after it? write 'key: value'"),
+    (
+        "mapping values are not allowed here",
+        "check this line's indentation, or quote a value that contains ': '",
+    ),
+    ("expected <block end>", "this line is not indented like the lines above it"),
+    ("cannot start any token", "indent with spaces, not tabs"),
+    ("expected ',' or ']'", "the '[' opened on this line is not closed"),
+    ("expected ',' or '}'", "the '{' opened on this line is not closed"),
+    ("found unexpected end of stream", "the quote opened on this line is not closed"),
+)
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str) -> tuple[int, str]:
+    """The line of a YAML mistake (1-based) and what is wrong, with a hint where one helps.
+
+    PyYAML marks where it gave up, often the line after the mistake (a missing ':' is noticed
+    on the next line, an unclosed bracket at the end of the file); for those the context mark,
+    where the key, quote or bracket started, is the line to fix.
+    """
+    context = getattr(e, "context", None)
+    context_mark = getattr(e, "context_mark", None)
+    problem_mark = getattr(e, "problem_mark", None)
+    mark = problem_mark
+    if context_mark is not None and (context in _OPENED_AT_CONTEXT or problem_mark is None):
+        mark = context_mark
+    line = mark.line + 1 if mark is not None else 1
+    problem = str(getattr(e, "problem", None) or e)
+    hint = next((h for needle, h in _YAML_HINTS if needle in problem), None)
+    if "mapping values are not allowed here" in problem:
+        # "smtp" (no ':') above "  host: x" reads as one text "smtp host" until the ':'.
+        key = _key_without_colon_above(text.splitlines(), line - 1)
+        if key is not None:
+            line, hint = key + 1, "a key without ':' after it? write 'key:'"
+    return line, f"{problem} ({hint})" if hint else problem
+
+
+def _key_without_colon_above(lines: list[str], index: int) -> int | None:
+    """The index of the line above ``index`` that looks like a key missing its ':'."""
+    if not 0 < index < len(lines):
+        return None
+    indent = len(lines[index]) - len(lines[index].lstrip(" "))
+    for i in range(index - 1, -1, -1):
+        above = lines[i].strip()
+        if not above or above.startswith("#"):
+            continue
+        above_indent = len(lines[i]) - len(lines[i].lstrip(" "))
+        looks_like_key = re.fullmatch(r"(- )?[A-Za-z_][\w.-]*", above) is not None
+        return i if looks_like_key and above_indent < indent else None
+    return None
+
+
 def parse_config(text: str, file: str = "<config>") -> tuple[Settings, dict[Loc, int]]:
     """Parse and validate config text. Raises :class:`ConfigError` naming file, line and key."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(file, [f"{file}:{line}: not valid YAML: {problem}"]) from e
+        line, why = _yaml_problem(e, text)
+        raise ConfigError(file, [f"{file}:{line}: not valid YAML: {why}"]) from e
     lines: dict[Loc, int] = {}
     problems: list[str] = []
     data = {} if root is None else _to_python(root, (), lines, problems, file)
@@ -953,7 +1134,7 @@ def parse_config(text: str, file: str = "<config>") -> tuple[Settings, dict[Loc,
         for err in e.errors():
             loc = _clean_loc(err["loc"])
             problems.append(
-                f"{file}:{_line_for(loc, lines)}: {_dotted(loc)}: {_describe(err)}"
+                f"{file}:{_line_for(loc, lines)}: {_dotted(loc)}: {_describe(err, loc)}"
                 + _topic_hint(loc, data)
             )
         raise ConfigError(file, list(dict.fromkeys(problems))) from e

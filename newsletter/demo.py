@@ -13,6 +13,7 @@ from newsletter.config import Config
 from newsletter.runs import fetch_step, send_step
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
+from newsletter.text import counted
 
 
 def run_demo(config: Config, var: Path, console: Console) -> Path | None:
@@ -56,18 +57,46 @@ def _run(config: Config, store: Store, var: Path, console: Console) -> Path | No
         written.append(path)
     console.print()
     console.print(
-        f"[bold]Summary[/]: {fetched.entries} entries fetched, {fetched.new} new papers "
-        f"({store.count_papers()} stored); digests sent: {report.sent}, "
+        f"[bold]Summary[/]: {counted(fetched.entries, 'entry')} fetched, "
+        f"{counted(fetched.new, 'new paper')} ({store.count_papers()} stored); "
+        f"digests sent: {report.sent}, "
         f"already sent today: {report.already}, empty: {report.empty}, failed: {report.failed}."
     )
     if report.sent == 0 and report.already:
         console.print(
-            f"Today's editions were already sent ({report.already} subscribers); a subscriber gets "
+            f"Today's editions were already sent ({counted(report.already, 'subscriber')}); a subscriber gets "
             f"one edition a day. Delete {var} and {config.database_url.removeprefix('sqlite:///')} to start over."
         )
     console.print(f"Maildir with every message: {maildir.resolve()}")
     if written:
         first = sorted(written)[0].resolve()
         console.print(f"Open a digest in a browser: [bold]{first}[/]")
+        console.print(serve_hint(config), highlight=False, soft_wrap=True)
         return first
     return None
+
+
+def serve_hint(config: Config) -> str:
+    """How to serve what the demo digests link to (View in browser, Manage, Unsubscribe).
+
+    The demo only sends; the links point at ``sender.base_url``, which ``newsletter serve``
+    answers on ``web.port``. Without the scheduler it sends nothing more.
+    """
+    import shlex
+    import sys
+
+    try:
+        shown = config.path.relative_to(Path.cwd())
+    except ValueError:
+        shown = config.path
+    exe = Path(sys.argv[0]) if sys.argv and sys.argv[0].endswith("newsletter") else None
+    program = str(exe) if exe is not None and exe.parent != Path(".") else "newsletter"
+    from urllib.parse import urlsplit
+
+    port = urlsplit(config.settings.sender.base_url).port or config.settings.web.port
+    command = f"{program} --config {shlex.quote(str(shown))} serve --no-scheduler --port {port}"
+    return (
+        f"The digests' links (View in browser, Manage topics, Unsubscribe) go to "
+        f"{config.settings.sender.base_url}; to follow them, run: {command} "
+        "(web pages only, no more mail; Ctrl-C stops it)."
+    )

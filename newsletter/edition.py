@@ -125,6 +125,23 @@ class SendReport:
         return max(0, self.total - self.considered - self.not_due - self.other_topics)
 
     @property
+    def in_flight(self) -> int:
+        """Editions handed to the senders whose outcome is not known yet (queued or being sent)."""
+        if self.dry_run:
+            return 0
+        settled = (
+            self.sent
+            + self.failed
+            + self.unknown
+            + self.unsubscribed
+            + self.released
+            + self.already
+            + self.empty
+            + self.no_listing
+        )
+        return max(0, self.considered - settled)
+
+    @property
     def rate(self) -> float:
         """Messages sent per second so far."""
         elapsed = (self.duration or (time.monotonic() - self.started)) or 1e-9

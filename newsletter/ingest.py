@@ -30,8 +30,12 @@ class SourceReport:
     url: str
     entries: int = 0
     new: int = 0
+    """Papers announced as new: the ones the next digests can carry."""
     updated: int = 0
     unchanged: int = 0
+    unannounced: int = 0
+    """Papers stored but not announced as new: revisions of papers never seen here (arXiv
+    ``replace``), and backfill from the arXiv API. Kept for merging and search."""
     merged: int = 0
     """Entries folded into another entry for the same paper in the same answer."""
     skipped: tuple[Skipped, ...] = ()
@@ -42,6 +46,11 @@ class SourceReport:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def stored(self) -> int:
+        """Papers of this answer now in the database (new, updated, unchanged or unannounced)."""
+        return self.new + self.updated + self.unchanged + self.unannounced
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,10 @@ class FetchReport:
     @property
     def updated(self) -> int:
         return sum(s.updated for s in self.sources)
+
+    @property
+    def unannounced(self) -> int:
+        return sum(s.unannounced for s in self.sources)
 
     @property
     def entries(self) -> int:
@@ -182,10 +195,10 @@ def fetch_source(
         )
     elif report.errors:
         log.warning("source %s (%s): %s", source.name, location, "; ".join(report.errors))
-        stored = report.new + report.updated + report.unchanged
+        stored = report.stored
         _save_failure(store, state, now, "; ".join(report.errors), count=stored or None)
     else:
-        stored = report.new + report.updated + report.unchanged
+        stored = report.stored
         store.save_source_state(
             SourceState(source.name, etag, last_modified, now, now, None, stored, 0)
         )
@@ -296,11 +309,14 @@ def _store_page(
         parsed.papers, existing, announces_new=source.kind != "arxiv_api", source=source.name
     )
     store.write_papers(source.name, writes, now)
-    new = sum(1 for w in writes if w.paper_id is None)
+    inserted = sum(1 for w in writes if w.paper_id is None)
+    unannounced = sum(1 for w in writes if w.paper_id is None and not w.announced)
+    promoted = sum(1 for w in writes if w.paper_id is not None and w.promote)
+    new = inserted - unannounced + promoted  # a stored backfill that a listing now announces
     updated = sum(
         1
         for w in writes
-        if w.paper_id is not None and (w.metadata_changed or w.signals_changed or w.promote)
+        if w.paper_id is not None and not w.promote and (w.metadata_changed or w.signals_changed)
     )
     merged = len(parsed.papers) - len(writes)
     if merged:
@@ -314,7 +330,8 @@ def _store_page(
         entries=report.entries + parsed.entries,
         new=report.new + new,
         updated=report.updated + updated,
-        unchanged=report.unchanged + len(writes) - new - updated,
+        unannounced=report.unannounced + unannounced,
+        unchanged=report.unchanged + len(writes) - new - updated - unannounced,
         merged=report.merged + merged,
         skipped=(*report.skipped, *parsed.skipped),
         errors=(*report.errors, *parsed.problems),

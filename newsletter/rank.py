@@ -1084,6 +1084,7 @@ class Explanation:
     trend: float
     recency: float
     age_hours: float
+    """Hours since the paper was published (or first seen here, when no date was given)."""
     terms: tuple[tuple[str, str, float], ...]
     """(field, label, contribution) per matched keyword entry, best first; the label is the
     alias found, or for an acronym match the words the paper used."""
@@ -1091,6 +1092,8 @@ class Explanation:
     categories: tuple[str, ...]
     expansions: tuple[tuple[str, str], ...] = ()
     """(keyword as written, as the paper wrote it) for each acronym match."""
+    age_from: str = "published"
+    """What ``age_hours`` counts from: ``published``, or ``first seen`` without a date."""
     weak: bool = False
     """Only one passing mention: not enough evidence to show the paper."""
     best: float = 0.0
@@ -1129,7 +1132,7 @@ class Explanation:
             )
         out.append(
             f"× trending {self.trend:.3f} × recency {self.recency:.3f} "
-            f"({self.age_hours / 24:.1f} days old)"
+            f"({self.age_from} {self.age_hours / 24:.1f} days ago)"
         )
         return out
 
@@ -1433,6 +1436,7 @@ class Ranker:
             trend=float(self.index.trend[j]),
             recency=float(self.index.recency[j]),
             age_hours=age_hours(paper, self.now),
+            age_from="published" if paper.published else "first seen",
             terms=tuple((f, label, v) for f, label, v, _ in terms),
             authors=authors,
             categories=cats,

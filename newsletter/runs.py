@@ -40,6 +40,7 @@ def fetch_step(
         "entries": report.entries,
         "new": report.new,
         "updated": report.updated,
+        "unannounced": report.unannounced,
         "skipped": report.skipped,
         "failed_sources": len(failed),
     }

@@ -54,6 +54,15 @@ def one_line_text(text: str) -> str:
     return " ".join(strip_controls(text).split())
 
 
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """``n`` with the noun that agrees: "1 paper", "2 papers", "1 entry", "3 entries"."""
+    if n == 1:
+        return f"{n} {singular}"
+    if plural is None:
+        plural = singular[:-1] + "ies" if re.search(r"[^aeiou]y$", singular) else singular + "s"
+    return f"{n} {plural}"
+
+
 # ---------------------------------------------------------------------------- words
 
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")

@@ -83,7 +83,7 @@ def test_duplicate_key() -> None:
 
 def test_not_yaml() -> None:
     msg = problem("database:\n  url: [unclosed\n")
-    assert msg.startswith("cfg.yaml:3: not valid YAML")
+    assert msg.startswith("cfg.yaml:2: not valid YAML")  # the line with the unclosed [
 
 
 def test_missing_required_key() -> None:

@@ -413,11 +413,12 @@ def test_progress_lines_say_sent_failed_remaining_and_rate() -> None:
     from newsletter.cli import SendProgress
 
     out = StringIO()
-    report = SendReport(total=10, considered=4, sent=3, failed=1)
+    report = SendReport(total=10, considered=6, sent=3, failed=1)
     with SendProgress(Console(file=out, width=120), every=0) as progress:
         progress(report)
     line = out.getvalue()
-    assert "sent 3, failed 1, remaining 6" in line and "msg/s" in line
+    # 6 considered: 3 sent, 1 failed, 2 handed to the connections without an answer yet
+    assert "sent 3, failed 1, in flight 2, remaining 4" in line and "msg/s" in line
 
 
 def test_a_non_ascii_address_goes_out_with_smtputf8(

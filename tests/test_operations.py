@@ -170,4 +170,4 @@ def test_status_shows_runs_and_next_fetch(setup: tuple[Config, Store, Path]) -> 
     assert data["subscribers"] == {"active": 1}
     assert any("sun,mon,tue,wed,thu" in f["job"] for f in data["next_fetches"])
     text = CliRunner().invoke(cli, ["--config", str(path), "status"])
-    assert "Recent runs" in text.stdout and "1 active subscribers" in text.stdout
+    assert "Recent runs" in text.stdout and "1 active subscriber;" in text.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     select,
     text,
+    true,
     update,
 )
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -1088,8 +1089,12 @@ class Store:
 
     # ------------------------------------------------------------------ operations
 
-    def ops_snapshot(self, today: date) -> dict[str, Any]:
-        """Counts for /metrics and `newsletter status`, in a handful of grouped queries."""
+    def ops_snapshot(self, today: date, sources: Collection[str] | None = None) -> dict[str, Any]:
+        """Counts for /metrics and `newsletter status`, in a handful of grouped queries.
+
+        With ``sources``, failing sources are only those named there (the configured ones): a
+        source removed from the config keeps its history here but raises no alert.
+        """
         with self.engine.connect() as conn:
             subs: dict[Any, Any] = dict(
                 conn.execute(
@@ -1127,6 +1132,7 @@ class Store:
                     t.source_state.c.last_error,
                 )
                 .where(t.source_state.c.consecutive_failures > 0)
+                .where(true() if sources is None else t.source_state.c.source.in_(sorted(sources)))
                 .order_by(t.source_state.c.source)
             ).all()
         return {

@@ -85,7 +85,7 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
 @router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
     ctx = _ctx(request)
-    snapshot = ctx.store.ops_snapshot(ctx.now().date())
+    snapshot = ctx.store.ops_snapshot(ctx.now().date(), ctx.config.settings.fetched_sources())
     return PlainTextResponse(prometheus_text(snapshot), media_type="text/plain; version=0.0.4")
 
 
