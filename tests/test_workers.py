@@ -469,7 +469,7 @@ def test_send_no_wait_queues_the_chunks_and_records_the_run(
     _, store, _ = prepared(path, 120)
     result = CliRunner().invoke(cli, ["--config", str(path), "send", "--now", "--no-wait"])
     assert result.exit_code == 0, result.output
-    assert f"Queued 120 edition(s) in 3 chunk(s) on queue {queue}" in result.output
+    assert f"Queued 120 editions in 3 chunks on queue {queue}" in result.output
     assert redis.Redis.from_url(REDIS_URL).llen(queue) == 3
     [run] = store.last_runs(1)
     assert run.kind == "send" and run.status == "enqueued"

@@ -140,7 +140,7 @@ def test_add_and_the_config_list_never_reactivate_or_bring_back_the_erased(
     seeded = load_config(write_config(tmp_path, data, "seeded.yaml"))
     result = newsletter(seeded, "db", "upgrade")
     assert result.exit_code == 0, result.output
-    assert "Added 1 subscriber(s)" in result.output
+    assert "Added 1 subscriber from" in result.output
     assert "subscribers[0]: dan@example.org: erased (--forget)" in result.output
     assert status(web_store, "eve@example.org") is SubscriberStatus.ACTIVE
     assert status(web_store, "bob@example.org") is UNSUBSCRIBED
