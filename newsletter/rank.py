@@ -990,6 +990,16 @@ class ProfileSpace:
         total = np.asarray(self.run_vectors @ q).ravel() / norm
         return total, q_more / norm
 
+    @property
+    def similarity(self) -> FloatArray:
+        """examples × run papers cosines, computed once on first use (for many profiles at
+        once, :class:`ProfileRows`; a single reader's profile needs only one product)."""
+        cached: FloatArray | None = self.__dict__.get("_similarity")
+        if cached is None:
+            cached = np.asarray((self.examples @ self._run_t).toarray(), dtype=np.float64)
+            self.__dict__["_similarity"] = cached
+        return cached
+
     def liked(self, more_part: FloatArray, paper_index: int) -> float:
         """The share of a run paper's cosine that comes from the papers voted "more"."""
         x = self.run_vectors
@@ -1067,7 +1077,7 @@ class ProfileRows:
         rows = np.flatnonzero(np.diff(w.indptr))
         q = sp.csr_matrix(w[rows] @ space.examples)  # profiles × vocabulary
         norm = np.sqrt(np.maximum(np.asarray(q.multiply(q).sum(axis=1)).ravel(), 1e-12))
-        dots = _dense(q @ space._run_t)
+        dots = _dense(w[rows] @ space.similarity)  # a few votes per row × the cosines
         out[rows] = self.scale[start:stop][rows, None] * dots / norm[:, None]
         return out
 
