@@ -590,13 +590,14 @@ def score_block(
     index: PaperIndex,
     start: int,
     stop: int,
-    extra: FloatArray | None = None,
+    extra: tuple[IntArray, FloatArray] | None = None,
 ) -> FloatArray:
     """Final scores (relevance × trending × recency, 0 = no match) for rows ``start:stop``.
 
     A keyword match counts only with enough evidence (``MIN_EVIDENCE``): one single word
-    mentioned once in an abstract, and nothing else, is not a match. ``extra`` (rows × papers)
-    is relevance from elsewhere (a reader's profile), added before the filters apply.
+    mentioned once in an abstract, and nothing else, is not a match. ``extra`` (some rows of
+    the block, and their relevance per paper) is relevance from elsewhere (readers' profiles),
+    added before the filters apply.
     """
     scoring = q.scoring[start:stop]
     both = _dense(scoring @ index.boosted_t)
@@ -604,7 +605,8 @@ def score_block(
     scores = both - EVIDENCE_UNIT * points
     scores[points < MIN_EVIDENCE] = 0.0  # one passing mention and nothing else: no match
     if extra is not None:
-        scores += extra * index.boost
+        rows, values = extra
+        scores[rows] += values * index.boost
     authors = q.authors[start:stop]
     if authors.nnz:
         hits = _dense(authors @ index.authors_t)
@@ -1000,6 +1002,15 @@ class ProfileSpace:
             self.__dict__["_similarity"] = cached
         return cached
 
+    @property
+    def gram(self) -> FloatArray:
+        """examples × examples cosines, computed once on first use."""
+        cached: FloatArray | None = self.__dict__.get("_gram")
+        if cached is None:
+            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
+            self.__dict__["_gram"] = cached
+        return cached
+
     def liked(self, more_part: FloatArray, paper_index: int) -> float:
         """The share of a run paper's cosine that comes from the papers voted "more"."""
         x = self.run_vectors
@@ -1067,19 +1078,21 @@ class ProfileRows:
         scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
         return cls(space, weights, scales)
 
-    def relevance(self, start: int, stop: int) -> FloatArray | None:
-        """rows ``start:stop`` × papers: the profile's share of relevance (None: no profiles)."""
+    def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
+        """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
+        share of relevance per paper; None when none has."""
         w = self.weights[start:stop]
         if not w.nnz:
             return None
         space = self.space
-        out = np.zeros((stop - start, space.run_vectors.shape[0]))
         rows = np.flatnonzero(np.diff(w.indptr))
-        q = sp.csr_matrix(w[rows] @ space.examples)  # profiles × vocabulary
-        norm = np.sqrt(np.maximum(np.asarray(q.multiply(q).sum(axis=1)).ravel(), 1e-12))
-        dots = _dense(w[rows] @ space.similarity)  # a few votes per row × the cosines
-        out[rows] = self.scale[start:stop][rows, None] * dots / norm[:, None]
-        return out
+        wr = w[rows]
+        # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
+        # a few votes per row against dense matrices, never a profile vector.
+        norm2 = np.asarray(wr.multiply(_dense(wr @ space.gram)).sum(axis=1)).ravel()
+        norm = np.sqrt(np.maximum(norm2, 1e-12))
+        dots = _dense(wr @ space.similarity)
+        return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]
 
 
 # ---------------------------------------------------------------------------- the run's ranker
