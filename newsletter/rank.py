@@ -77,9 +77,6 @@ BAG_TF = 0.5
 """A title with every word of a phrase keyword, out of order, counts this many mentions."""
 MIN_EVIDENCE = 2
 """A match needs more than one passing mention (see ``PaperIndex.evidence_t``)."""
-EVIDENCE_UNIT = 2.0**20
-"""Evidence points ride in the scoring product in these units, far above any row's relevance
-(a keyword adds at most about idf × 2.2 × 1.25 < 30), so one product gives both."""
 RELATIVE_CUT = 0.15
 """A topic shows papers whose relevance is at least this share of its best paper's today."""
 # Trending and age: a bounded multiplier on relevance, so they order papers that are about
@@ -547,12 +544,16 @@ class PaperIndex:
         self.recency: FloatArray = np.array([recency_factor(p, now) for p in self.papers])
         self.boost: FloatArray = self.trend * self.recency
         boosted = sp.diags(self.boost) @ weights
-        both = sp.csr_matrix(boosted + EVIDENCE_UNIT * self.evidence)
-        self.boosted_t: Any = (
-            both.T.toarray() if n_groups * n_papers <= DENSE_LIMIT else sp.csr_matrix(both.T)
+        dense = n_groups * n_papers <= DENSE_LIMIT
+        self.boosted_t: Any = boosted.T.toarray() if dense else sp.csr_matrix(boosted.T)
+        """groups × papers, relevance × boost: dense while small (faster), else sparse."""
+        self.points_t: Any = (
+            self.evidence.T.toarray().astype(np.float32)
+            if dense
+            else sp.csr_matrix(self.evidence.T, dtype=np.float32)
         )
-        """groups × papers: relevance × boost, plus evidence points in units of EVIDENCE_UNIT
-        (one product gives a row's score and its evidence); dense while small, else sparse."""
+        """groups × papers evidence points in float32 (small integers are exact; half the
+        bandwidth of the scoring product)."""
         cat_rows = [
             (p, vocab.categories[category_key(c)])
             for p, paper in enumerate(self.papers)
@@ -600,10 +601,11 @@ def score_block(
     added before the filters apply.
     """
     scoring = q.scoring[start:stop]
-    both = _dense(scoring @ index.boosted_t)
-    points = (both * (1.0 / EVIDENCE_UNIT)).astype(np.int32)  # both >= 0: truncation is floor
-    scores = both - EVIDENCE_UNIT * points
-    scores[points < MIN_EVIDENCE] = 0.0  # one passing mention and nothing else: no match
+    scores = _dense(scoring @ index.boosted_t)
+    if scoring.nnz:
+        points = scoring.astype(np.float32) @ index.points_t
+        points = points.toarray() if sp.issparse(points) else points
+        scores *= points >= MIN_EVIDENCE  # one passing mention and nothing else: no match
     if extra is not None:
         rows, values = extra
         scores[rows] += values * index.boost
