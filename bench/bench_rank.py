@@ -28,19 +28,21 @@ import numpy as np
 
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
+from newsletter.profiles import (
+    ROCCHIO_BETA,
+    ROCCHIO_GAMMA,
+    Preference,
+    ProfileRows,
+    ProfileSpace,
+)
 from newsletter.rank import (
     ABSTRACT_WEIGHT,
     BAG_TF,
     K1,
-    ROCCHIO_BETA,
-    ROCCHIO_GAMMA,
     TITLE_WEIGHT,
     B,
     Documents,
     PaperIndex,
-    Preference,
-    ProfileRows,
-    ProfileSpace,
     Ranker,
     Rule,
     compile_rules,

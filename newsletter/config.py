@@ -6,6 +6,10 @@ files, a SQLite database) are relative to the file's own folder. Secrets come fr
 environment: ``NEWSLETTER_DATABASE_URL`` overrides ``database.url``, ``NEWSLETTER_BROKER_URL``
 overrides ``workers.broker_url``, and the SMTP password is read from the variable that
 ``smtp.password_env`` names.
+
+Why one long module: the settings models, the YAML line map that gives every error its
+``file:line``, and the messages that explain mistakes are one concern (turning a file into
+trusted settings); most of its length is field declarations and their validators.
 """
 
 from __future__ import annotations
@@ -305,7 +309,7 @@ _CATEGORY = re.compile(r"^[a-z][a-z-]*(\.[A-Za-z][A-Za-z-]*)?$")
 
 
 def _keyword_problem(words: list[str]) -> str | None:
-    from newsletter.rank import phrase_terms
+    from newsletter.text import phrase_terms
 
     if not words:
         return "an alias list must not be empty"
@@ -353,16 +357,16 @@ class TopicSettings(_Strict):
     @field_validator("keywords", "all", "exclude")
     @classmethod
     def _keywords(cls, value: list[Keyword]) -> list[Keyword]:
-        from newsletter.rank import Vocabulary
+        from newsletter.text import phrase_terms
 
-        vocab = Vocabulary()
+        ids: dict[tuple[str, ...], int] = {}  # term ids in order of appearance, as the ranker's
         seen: dict[int, int] = {}
         for i, entry in enumerate(value):
             words = [entry] if isinstance(entry, str) else entry
             problem = _keyword_problem(words)
             if problem:
                 raise ValueError(f"entry {i + 1} ({entry!r}): {problem}")
-            terms = {t for w in words for t in vocab.alias_terms(w)}
+            terms = {ids.setdefault(t, len(ids)) for w in words for t in phrase_terms(w)}
             for t in sorted(terms):
                 if t in seen and seen[t] != i:
                     raise ValueError(
@@ -385,7 +389,7 @@ class TopicSettings(_Strict):
     @field_validator("authors")
     @classmethod
     def _authors(cls, value: list[str]) -> list[str]:
-        from newsletter.rank import author_key
+        from newsletter.text import author_key
 
         for a in value:
             if not author_key(a):
@@ -401,7 +405,7 @@ class TopicSettings(_Strict):
 
     def conflicts(self) -> list[str]:
         """Keywords that are also excluded: such a topic could never show them."""
-        from newsletter.rank import phrase_terms
+        from newsletter.text import phrase_terms
 
         excluded = {t for e in self.exclude for w in _words(e) for t in phrase_terms(w)}
         return [

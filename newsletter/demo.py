@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,25 +11,41 @@ from rich.console import Console
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.ingest import FetchReport
 from newsletter.runs import fetch_step, send_step
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
 from newsletter.text import counted
 
 
-def run_demo(config: Config, var: Path, console: Console) -> Path | None:
-    """Start a sink, migrate, seed, fetch, send; print a summary and where the digests are."""
+def run_demo(
+    config: Config,
+    var: Path,
+    console: Console,
+    *,
+    seed_subscribers: Callable[[Config, Store], object],
+    print_fetch_report: Callable[[FetchReport], object],
+) -> Path | None:
+    """Start a sink, migrate, seed, fetch, send; print a summary and where the digests are.
+
+    The command line passes its own seeding and fetch report, so this module does not import
+    it back."""
     var.mkdir(parents=True, exist_ok=True)
     store = Store(config.database_url)
     try:
-        return _run(config, store, var, console)
+        return _run(config, store, var, console, seed_subscribers, print_fetch_report)
     finally:
         store.close()
 
 
-def _run(config: Config, store: Store, var: Path, console: Console) -> Path | None:
-    from newsletter.cli import print_fetch_report, seed_subscribers
-
+def _run(
+    config: Config,
+    store: Store,
+    var: Path,
+    console: Console,
+    seed_subscribers: Callable[[Config, Store], object],
+    print_fetch_report: Callable[[FetchReport], object],
+) -> Path | None:
     maildir = var / "maildir"
     store.upgrade()
     seed_subscribers(config, store)

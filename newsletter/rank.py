@@ -16,17 +16,28 @@ How a paper scores for a row (``docs/topics.md`` says the same for operators):
   (``[MoE, mixture of experts]``) count as one term (term frequencies add up, document frequency is
   that of any alias). Multi-word keywords match as phrases. Matching is on normalized tokens:
   case, accents, hyphens and possessives are ignored, words match whole (``NAS`` never matches
-  "nasal") and a plural ``s`` is dropped (``GNN`` matches "GNNs"). A followed author adds 3, and a
-  topic without keywords gives 1 to every paper in its categories.
+  "nasal"), inflections are joined by a light stemmer, acronyms match their long forms (a shipped
+  list, and what the papers define). A title with every word of a phrase out of order counts
+  half a mention. A followed author adds 3, and a topic without keywords gives 1 to every paper
+  in its categories.
+* **Evidence**: a match made of one single-word keyword, once, in the abstract only, is no
+  match (``MIN_EVIDENCE``); for a topic, papers under ``RELATIVE_CUT`` (15 %) of its best
+  relevance today are left out.
 * **Filters**: every ``all`` entry must occur, no ``exclude`` entry may occur, and the paper must
   be in one of the ``categories`` when the topic lists some (papers with no known category, such
   as blog posts, are not filtered out). Relevance below ``min_score`` drops the paper.
-* **Trending** multiplies the relevance of papers that passed: ``1 + 0.2·ln(1+upvotes) +
-  0.1·ln(1+comments) + 0.2·ln(1+upvotes per hour) + 0.1·(extra sources, at most 3)``, times a
-  recency decay with a half-life of 3 days from the publication date (else first seen). A paper
-  with zero relevance scores zero whatever its upvotes.
+* **Trending and age** multiply the relevance of papers that passed by at most ``1.25`` (upvotes,
+  comments, upvotes per hour, extra sources, saturating) and at least ``0.9`` (age, half of it
+  after 3 days), so a paper with 39 % more relevance always ranks first. A paper with zero
+  relevance scores zero whatever its upvotes.
 
-Pure: papers, rules and ``now`` in; scores and ranked items out.
+Pure: papers, rules and ``now`` in; scores and ranked items out. Reader profiles (votes and
+``like:`` papers) live in :mod:`newsletter.profiles`, words in :mod:`newsletter.text`.
+
+Why still over 800 lines: the general scorer (rules, paper index, block scoring) and the run's
+``Ranker`` (cut, reasons, explanations, per-reader sections) share the same matrices and
+constants, and the explanation must mirror the scorer term by term; keeping them side by side
+is what keeps them equal (a property test checks it against the obvious loop).
 """
 
 from __future__ import annotations
@@ -40,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +59,7 @@ import scipy.sparse as sp
 
 from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Paper, TopicSection
+from newsletter.profiles import MAX_VOTES, ProfileRows, ProfileSpace, Vote
 from newsletter.text import _TOKEN as _WORD_RE
 from newsletter.text import (
     KNOWN_ACRONYMS,
@@ -731,370 +743,6 @@ def top_n(
             for _ in pool.map(run, starts):
                 pass  # re-raises a block's error here
     return TopN(ids, vals)
-
-
-# ---------------------------------------------------------------------------- reader profiles
-
-ROCCHIO_BETA = 0.75
-"""Weight of the papers a reader (or a topic's ``like:``) asks for more of (Rocchio's β)."""
-ROCCHIO_GAMMA = 0.15
-"""Weight of the papers a reader asks for less of (Rocchio's γ)."""
-MAX_VOTES = 50
-"""A reader's profile uses at most their latest this many votes (votes come newest first)."""
-
-STOPWORDS = frozenset(
-    (
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "also",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "here",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "me",
-        "more",
-        "most",
-        "my",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "ours",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "paper",
-        "propose",
-        "show",
-        "result",
-        "method",
-        "approach",
-        "use",
-        "using",
-        "based",
-        "new",
-        "via",
-    )
-)
-"""Words that say nothing about a paper's subject, left out of the profile vectors."""
-
-
-class Vote(Protocol):
-    """What the ranker reads of a vote (``models.Vote`` from the store is one)."""
-
-    @property
-    def paper_key(self) -> str: ...
-    @property
-    def value(self) -> int: ...
-    @property
-    def topic(self) -> str | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Preference:
-    """One "more like this" (+1) or "less like this" (-1) for a paper, in a topic or in all."""
-
-    paper_key: str
-    value: int
-    topic: str | None = None
-
-
-def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
-    """A paper as the profile space sees it: the title counted twice, stop words out."""
-    stop = STOPWORDS
-    kept = [t for t in title if t not in stop and len(t) > 1]
-    return kept + kept + [t for t in abstract if t not in stop and len(t) > 1]
-
-
-class ProfileSpace:
-    """tf-idf vectors of the run's papers and of example papers (the ones readers voted on and
-    topics' ``like:`` lists name): sublinear tf, smoothed idf over the run's papers, unit rows.
-
-    Built once per run, only when a topic has ``like:`` papers or a reader has votes. Both sets
-    stay sparse (a few dozen weights per paper), so memory grows with the examples' text, not
-    with examples × papers; a reader's profile costs one sparse product with the run's papers.
-    """
-
-    def __init__(self, docs: Documents, examples: Sequence[Paper]) -> None:
-        run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
-        vocab: dict[str, int] = {}
-        for toks in run:
-            for t in toks:
-                if t not in vocab:
-                    vocab[t] = len(vocab)
-        self.vocab = vocab
-        n = len(run)
-        counts = self._counts(run)
-        df = np.bincount(counts.indices, minlength=len(vocab)).astype(np.float64)
-        self.idf: FloatArray = np.log((1 + n) / (1 + df)) + 1.0
-        self.keys: dict[str, int] = {}
-        rows: list[list[str]] = []
-        known = {p.key: (docs.titles[i], docs.abstracts[i]) for i, p in enumerate(docs.papers)}
-        for paper in examples:
-            if paper.key not in self.keys:
-                if paper.key in known:
-                    title, abstract = known[paper.key]
-                else:
-                    (title, abstract), _ = read_defined(paper.title, paper.abstract)
-                self.keys[paper.key] = len(rows)
-                rows.append(_profile_tokens(title, abstract))
-        self.titles = {p.key: p.title for p in examples}
-        x = self._weigh(counts)
-        self.run_vectors: sp.csr_matrix = x
-        """run papers × vocabulary, unit rows."""
-        self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
-        """examples × vocabulary, unit rows."""
-        self._run_t: sp.csr_matrix = sp.csr_matrix(x.T)
-
-    def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
-        """docs × vocabulary term counts (words outside the vocabulary are left out)."""
-        vocab = self.vocab
-        indptr = [0]
-        cols: list[int] = []
-        for toks in docs:
-            cols.extend(vocab[t] for t in toks if t in vocab)
-            indptr.append(len(cols))
-        m = sp.csr_matrix(
-            (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), np.asarray(indptr)),
-            shape=(len(docs), len(vocab)),
-        )
-        m.sum_duplicates()
-        return m
-
-    def _weigh(self, counts: sp.csr_matrix) -> sp.csr_matrix:
-        """Sublinear tf × idf, rows scaled to unit length."""
-        m = counts.copy()
-        m.data = (1.0 + np.log(m.data)) * self.idf[m.indices]
-        norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
-        return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ m)
-
-    def rocchio(
-        self, more: Sequence[str], less: Sequence[str]
-    ) -> tuple[FloatArray, FloatArray] | None:
-        """Each run paper's cosine with the Rocchio profile ``q = β·c(more) − γ·c(less)``.
-
-        ``c`` is the centroid of the examples' unit vectors. Returns (the cosine per run paper,
-        the ``more`` part of ``q`` over ``|q|``, for :meth:`liked`); papers not among the
-        examples are ignored; None when nothing is left.
-        """
-        pos = [self.keys[k] for k in dict.fromkeys(more) if k in self.keys]
-        neg = [self.keys[k] for k in dict.fromkeys(less) if k in self.keys]
-        if not pos and not neg:
-            return None
-        e = self.examples
-        n = e.shape[1]
-
-        def centroid(members: list[int], weight: float) -> FloatArray:
-            if not members:
-                return np.zeros(n)
-            spans = [np.arange(e.indptr[r], e.indptr[r + 1]) for r in members]
-            at = np.concatenate(spans)
-            return np.bincount(e.indices[at], weights=weight * e.data[at], minlength=n).astype(
-                np.float64
-            )
-
-        q_more = centroid(pos, ROCCHIO_BETA / max(1, len(pos)))
-        q = q_more + centroid(neg, -ROCCHIO_GAMMA / max(1, len(neg)))
-        norm = math.sqrt(max(float(q @ q), 1e-12))
-        total = np.asarray(self.run_vectors @ q).ravel() / norm
-        return total, q_more / norm
-
-    @property
-    def similarity(self) -> FloatArray:
-        """examples × run papers cosines, computed once on first use (for many profiles at
-        once, :class:`ProfileRows`; a single reader's profile needs only one product)."""
-        cached: FloatArray | None = self.__dict__.get("_similarity")
-        if cached is None:
-            cached = np.asarray((self.examples @ self._run_t).toarray(), dtype=np.float64)
-            self.__dict__["_similarity"] = cached
-        return cached
-
-    @property
-    def gram(self) -> FloatArray:
-        """examples × examples cosines, computed once on first use."""
-        cached: FloatArray | None = self.__dict__.get("_gram")
-        if cached is None:
-            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
-            self.__dict__["_gram"] = cached
-        return cached
-
-    def liked(self, more_part: FloatArray, paper_index: int) -> float:
-        """The share of a run paper's cosine that comes from the papers voted "more"."""
-        x = self.run_vectors
-        lo, hi = x.indptr[paper_index], x.indptr[paper_index + 1]
-        return float(more_part[x.indices[lo:hi]] @ x.data[lo:hi])
-
-    def closest(self, candidates: Sequence[str], paper_index: int) -> str | None:
-        """Of ``candidates`` (example keys), the one most similar to a run paper."""
-        found = [k for k in dict.fromkeys(candidates) if k in self.keys]
-        if not found:
-            return None
-        x = self.run_vectors
-        lo, hi = x.indptr[paper_index], x.indptr[paper_index + 1]
-        paper = np.zeros(x.shape[1])
-        paper[x.indices[lo:hi]] = x.data[lo:hi]
-        sims = np.asarray(self.examples[[self.keys[k] for k in found]] @ paper).ravel()
-        return max(zip(sims.tolist(), found, strict=True))[1]
-
-
-@dataclass(frozen=True)
-class ProfileRows:
-    """Rocchio profiles for the rows of :func:`top_n`, as weights over a space's examples.
-
-    Row ``r``'s profile relevance for paper ``p`` is ``scale[r] · cos(p, q_r)`` with
-    ``q_r = Σ weights[r, e] · example_e``: the same formula as :meth:`Ranker.reader_items`,
-    for many readers at once (a sparse rows × examples product with the examples × papers
-    similarities, a block of rows at a time).
-    """
-
-    space: ProfileSpace
-    weights: sp.csr_matrix
-    scale: FloatArray
-
-    @classmethod
-    def build(
-        cls,
-        space: ProfileSpace,
-        rows: int,
-        prefs: dict[int, Sequence[Vote]],
-        scale: FloatArray | float = 1.0,
-    ) -> ProfileRows:
-        """Profiles from each row's preferences (latest ``MAX_VOTES``); rows without are zero."""
-        r_idx: list[int] = []
-        c_idx: list[int] = []
-        vals: list[float] = []
-        for row, mine in prefs.items():
-            mine = list(mine)[:MAX_VOTES]
-            pos = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value > 0 and v.paper_key in space.keys
-                )
-            )
-            neg = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value < 0 and v.paper_key in space.keys
-                )
-            )
-            for keys, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
-                for k in keys:
-                    r_idx.append(row)
-                    c_idx.append(space.keys[k])
-                    vals.append(weight / len(keys))
-        weights = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(rows, len(space.keys)))
-        weights.sum_duplicates()
-        scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
-        return cls(space, weights, scales)
-
-    def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
-        """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
-        share of relevance per paper; None when none has."""
-        w = self.weights[start:stop]
-        if not w.nnz:
-            return None
-        space = self.space
-        rows = np.flatnonzero(np.diff(w.indptr))
-        wr = w[rows]
-        # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
-        # a few votes per row against dense matrices, never a profile vector.
-        norm2 = np.asarray(wr.multiply(_dense(wr @ space.gram)).sum(axis=1)).ravel()
-        norm = np.sqrt(np.maximum(norm2, 1e-12))
-        dots = _dense(wr @ space.similarity)
-        return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]
 
 
 # ---------------------------------------------------------------------------- the run's ranker

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
-from newsletter.rank import AGE_DROP, RELATIVE_CUT, TREND_LIFT, Preference, Ranker
+from newsletter.profiles import Preference
+from newsletter.rank import AGE_DROP, RELATIVE_CUT, TREND_LIFT, Ranker
 from newsletter.text import abbreviations, read_defined, stem, tokenize
 from tests.ranking.corpus import NOW, load_papers
 from tests.test_rank import paper

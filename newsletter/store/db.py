@@ -1,4 +1,10 @@
-"""The Store: every query newsletter runs, on SQLite and PostgreSQL alike."""
+"""The Store: every query newsletter runs, on SQLite and PostgreSQL alike.
+
+Why one long module: today it is the single class behind which all SQL lives. Splitting it by
+domain (papers, subscribers and consent, votes, ledger, runs, sources) behind one ``Store``
+protocol is the store part of the send-path redesign (issue 18), done together with the
+ledger's fast paths so they are defined once.
+"""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from newsletter.models import Paper
-from newsletter.rank import Preference, Ranker
+from newsletter.profiles import Preference
+from newsletter.rank import Ranker
 from tests.ranking.evaluate import NOW, K, load_grades, load_pool, load_topics, ndcg, precision
 
 
