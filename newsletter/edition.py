@@ -49,9 +49,9 @@ VOTES_SINCE = timedelta(days=365)
 def profile_examples(
     config: Config, store: Store, papers: Sequence[Paper], now: datetime
 ) -> list[Paper]:
-    """The papers reader profiles can use this run: those readers voted on (within
-    ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that is not
-    stored is logged, naming the topic and what to do."""
+    """The papers reader profiles can use this run, besides the run's own: those readers voted
+    on (within ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that
+    is not stored is logged, naming the topic and what to do."""
     examples = store.voted_papers(now - VOTES_SINCE)
     have = {p.key for p in papers} | {p.key for p in examples}
     wanted = {k: t.name for t in config.settings.topics for k in t.like if k not in have}
@@ -64,8 +64,7 @@ def profile_examples(
                 topic,
                 key,
             )
-    likes = {k for t in config.settings.topics for k in t.like}
-    return [*examples, *found.values(), *(p for p in papers if p.key in likes)]
+    return [*examples, *found.values()]  # the Ranker adds the run's own like: papers
 
 
 CLAIM_CHUNK = 50
