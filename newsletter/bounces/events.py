@@ -53,7 +53,7 @@ class BounceEvent:
     """The edition date (ISO) when a verified VERP token or the Message-ID names it."""
     verified: bool = False
     """True when the report is authenticated: a valid signed VERP token, or a webhook whose
-    signature the provider's documented scheme verified. Unverified reports never change a
-    subscriber's status."""
+    signature the provider's documented scheme verified. What an unverified report may do is the
+    deciding module's policy (docs/deliverability.md)."""
     provider_id: str | None = None
     """The provider's own event id, used to ignore replays of the same event."""
