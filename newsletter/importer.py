@@ -21,7 +21,7 @@ from newsletter.config import Config
 from newsletter.errors import NewsletterError
 from newsletter.models import Frequency, NewSubscriber, SubscriberStatus
 from newsletter.store import Store
-from newsletter.subscribe import LIVE, InvalidRequest, Subscriptions, parse_address
+from newsletter.subscribe import LIVE, Choices, InvalidRequest, Subscriptions, parse_address
 
 IMPORT_STATUSES = {
     "": SubscriberStatus.ACTIVE,
@@ -99,11 +99,12 @@ def import_csv(
             raise ImportFileError(f"{path}: the first row must be a header with an 'email' column")
         batch: list[_Row] = []
         seen: dict[str, SubscriberStatus] = {}  # added earlier in this file, and how
+        choices: dict[tuple[object, ...], Choices | InvalidRequest] = {}
         end = reader.line_num
         for raw in reader:
             line, end = end + 1, reader.line_num  # a quoted field may span lines: its first
             report.rows += 1
-            row = _parse(service, path, line, raw, default_topics, report)
+            row = _parse(service, path, line, raw, default_topics, report, choices)
             if row is not None:
                 batch.append(row)
             if len(batch) >= BATCH:
@@ -124,6 +125,7 @@ def _parse(
     raw: dict[str, str | None],
     default_topics: Sequence[str],
     report: ImportReport,
+    cache: dict[tuple[object, ...], Choices | InvalidRequest],
 ) -> _Row | None:
     """One CSV row validated, or ``None`` with the reason added to ``report.problems``."""
     where = f"{path}:{line}"
@@ -150,7 +152,9 @@ def _parse(
             tz = tz if tz in _zones() else None
             hour = hour if hour.isdigit() and int(hour) < 24 else ""
             frequency = frequency if frequency in ("daily", "weekly") else "daily"
-        choices = service.choices(wanted, tz, int(hour) if hour.isdigit() else None, frequency)
+        choices = _choices(
+            cache, service, tuple(wanted), tz, int(hour) if hour.isdigit() else None, frequency
+        )
     except (InvalidRequest, InvalidAddress) as e:
         report.problems.append(f"{where}: {e}")
         return None
@@ -166,6 +170,30 @@ def _parse(
         (raw.get("consent") or "").strip(),
         line,
     )
+
+
+def _choices(
+    cache: dict[tuple[object, ...], Choices | InvalidRequest],
+    service: Subscriptions,
+    topics: tuple[str, ...],
+    timezone: str | None,
+    send_hour: int | None,
+    frequency: str,
+) -> Choices:
+    """``service.choices``, remembered for one import: a list holds few distinct combinations."""
+    key = (topics, timezone, send_hour, frequency)
+    hit = cache.get(key)
+    if hit is None:
+        try:
+            hit = service.choices(topics, timezone, send_hour, frequency)
+        except InvalidRequest as e:
+            hit = e
+        if len(cache) > 10_000:
+            cache.clear()
+        cache[key] = hit
+    if isinstance(hit, InvalidRequest):
+        raise InvalidRequest(hit.field, hit.reason)  # a fresh one: no traceback piles up
+    return hit
 
 
 def _apply(
