@@ -338,16 +338,17 @@ class BounceStore:
         bounce, a soft bounce or a complaint about that edition (each counted once)."""
         e = bounce_events
         with self.engine.connect() as conn:
-            sent: dict[date, int] = dict(
-                conn.execute(
+            sent: dict[date, int] = {
+                d: int(n)
+                for d, n in conn.execute(
                     select(t.editions.c.edition_date, func.count())
                     .where(
                         t.editions.c.edition_date >= since,
                         t.editions.c.status == EditionStatus.SENT.value,
                     )
                     .group_by(t.editions.c.edition_date)
-                ).tuples()
-            )
+                )
+            }
             counts: dict[tuple[date, str], int] = {
                 (d, k): n
                 for d, k, n in conn.execute(
