@@ -227,8 +227,8 @@ def test_confirming_again_starts_the_score_over(store: Store, reader: int) -> No
         now=DAY0 + timedelta(days=4),
         consent={"how": "web"},
     )
-    d = decider.apply_one(hard(reader, DAY0 + timedelta(days=5)))
-    assert d.score == 1.0
+    after = decider.apply_one(hard(reader, DAY0 + timedelta(days=5)))
+    assert after.score == 1.0
 
 
 def test_rates_per_edition(store: Store, reader: int) -> None:
