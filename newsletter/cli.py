@@ -1880,7 +1880,7 @@ def main() -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
-    from datetime import UTC
+    from datetime import UTC, timedelta
 
     from newsletter.scheduler import Jobs, build_scheduler, next_runs
 
@@ -1896,6 +1896,9 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
         ]
+        rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
+        bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
+        over = bounce_report.alerts_for(rates, config.settings.bounces)
     tick = config.settings.schedule.tick_minutes
     if as_json:
         click.echo(
@@ -1924,6 +1927,11 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                         for s, n, e in snapshot["failing_sources"]
                     ],
                     "suppressed": [s.email for s in suppressed],
+                    "deliverability": {
+                        "editions": bounce_report.rates_json(rates),
+                        "days": bounce_report.days_json(bounce_days),
+                        "alerts": over,
+                    },
                 },
                 indent=2,
             )
@@ -1981,3 +1989,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             + (" …" if len(suppressed) > 20 else ""),
             highlight=False,
         )
+    for line in bounce_report.rate_lines([r for r in rates if r.hard or r.soft or r.complaints]):
+        console.print("Deliverability: " + shown(line), highlight=False)
+    for line in over:
+        console.print("[yellow]deliverability alert:[/] " + shown(line), highlight=False)
