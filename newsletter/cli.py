@@ -1805,6 +1805,29 @@ def inbound(obj: Context, host: str | None, port: int | None) -> None:
                 pass
 
 
+@cli.group()
+def bounces() -> None:
+    """Bounces and complaints (see docs/deliverability.md)."""
+
+
+@bounces.command("poll")
+@click.pass_obj
+def bounces_poll(obj: Context) -> None:
+    """Read new bounce and complaint reports from the IMAP mailbox (bounces.imap) once."""
+    from newsletter.bounces.poll import poll
+
+    with errors():
+        report = poll(obj.config, obj.store())
+    events = ", ".join(f"{n} {k}" for k, n in sorted(report.outcomes.items()))
+    console.print(
+        f"Read {counted(report.messages, 'new message')}"
+        + (f": {events}" if events else "")
+        + (f"; {report.refused} not taken (see the log)" if report.refused else "")
+        + ".",
+        highlight=False,
+    )
+
+
 # ---------------------------------------------------------------------------- demo and sink
 
 
