@@ -157,6 +157,8 @@ def poll(
     where = f"IMAP {settings.host}:{settings.port} {settings.mailbox}"
     try:
         keyword = _keywords_allowed(conn)
+        typ, caps = conn.capability()  # after login: servers announce more (MOVE)
+        can_move = typ == "OK" and b"MOVE" in b" ".join(c for c in caps if isinstance(c, bytes))
         criteria = f"UNKEYWORD {KEYWORD}" if keyword else "UNSEEN"
         typ, data = conn.uid("SEARCH", None, criteria)  # type: ignore[arg-type]
         if typ != "OK":
@@ -182,7 +184,7 @@ def poll(
             conn.uid("STORE", uid, "+FLAGS", flags)
             if settings.processed_mailbox:
                 target = _quoted(settings.processed_mailbox)
-                if "MOVE" in conn.capabilities:  # RFC 6851: atomic, expunges only this one
+                if can_move:  # RFC 6851: atomic, expunges only this one
                     typ, data = conn.uid("MOVE", uid, target)
                     if typ == "OK":
                         continue
