@@ -1778,7 +1778,8 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
 @click.option("--port", default=None, type=int, help="Port (default: inbound.port).")
 @click.pass_obj
 def inbound(obj: Context, host: str | None, port: int | None) -> None:
-    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address."""
+    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address,
+    and process bounces and complaints sent to the bounce address (bounces.enabled)."""
     import time
 
     from newsletter.inbound import InboundServer

@@ -12,6 +12,9 @@ a third party: per sending host (``web.rate_limit.per_ip``; behind a trusted rel
 ``Received:`` header names; IPv6 by /64), per address (``per_address``, ``+tag`` ignored, and at
 most ``email_confirmations_per_address`` confirmations), and ``inbound.max_per_hour`` in all.
 Dropped commands are logged and accepted (``250``), so a forger learns nothing.
+
+With ``bounces.enabled``, mail to the bounce address (plain or its VERP ``bounces+token`` form)
+is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or suppress).
 """
 
 from __future__ import annotations
