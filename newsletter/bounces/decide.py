@@ -7,8 +7,8 @@
   address is suppressed, with the reason recorded.
 * A **complaint** suppresses the address at once; an **unsubscribe** event unsubscribes it.
   Either way only a fresh confirmation from the address itself brings it back.
-* A **replay** (the same provider event id, or the same report twice) is stored once and
-  counts once.
+* A **replay** (the same provider event id, another report about a digest that already
+  bounced) is stored once and counts once (see :func:`event_key`).
 * An event about an address that is not a subscriber is logged and ignored.
 
 Policy for unverified events (the one this module owns; docs/deliverability.md explains it):
