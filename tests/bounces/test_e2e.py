@@ -153,7 +153,9 @@ def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
     # the operator once (the second delivery of the same DSN counted nothing).
     [alert] = smtp_server.messages_to("ops@papers.example.org")
     assert alert["Subject"] == "[newsletter] bounce or complaint rate over its threshold"
-    body = " ".join(str(alert.get_payload(decode=True), "utf-8").split())
+    payload = alert.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    body = " ".join(payload.decode().split())
     assert "1 hard bounce(s) of 2 sent (50.00%) is over bounces.hard_bounce_rate_alert" in body
     status = json.loads(run(config_path, "status", "--json").output)["deliverability"]
     [edition] = status["editions"]
