@@ -200,3 +200,18 @@ def test_a_complaint_through_inbound_suppresses_at_once(
         store.close()
     status = run(config_path, "status", "--json")
     assert status.exit_code == 0, status.output
+
+
+def test_with_bounces_off_the_from_address_stays_the_envelope_sender(
+    tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    data = base_config(
+        f"sqlite:///{tmp_path / 'n.db'}",
+        smtp_server,
+        subscribers=[{"email": READER, "topics": ["gpu-kernels"]}],
+    )
+    path = write_config(tmp_path, data)
+    assert run(path, "db", "upgrade").exit_code == 0
+    assert run(path, "fetch").exit_code == 0
+    assert run(path, "send", "--now").exit_code == 0
+    assert [m.mail_from for m in smtp_server.received] == ["digest@papers.example.org"]
