@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 KEYWORD = "$NewsletterBounce"
 """The IMAP keyword a processed message gets."""
+MAX_BYTES = 1024 * 1024
+"""Only a message's first MiB is read: a report says what it has to say at the start."""
 
 
 class MailboxError(NewsletterError):
@@ -166,7 +168,7 @@ def poll(
         uids = [u.decode() for u in (data[0] or b"").split()]
         moved = False
         for uid in uids:
-            typ, fetched = conn.uid("FETCH", uid, "(BODY.PEEK[])")
+            typ, fetched = conn.uid("FETCH", uid, f"(BODY.PEEK[]<0.{MAX_BYTES}>)")
             body = next(
                 (p[1] for p in fetched if isinstance(p, tuple) and isinstance(p[1], bytes)),
                 None,
