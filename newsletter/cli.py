@@ -30,6 +30,7 @@ from rich.table import Table
 
 from newsletter import __version__
 from newsletter.addresses import InvalidAddress, normalize_address, normalize_name
+from newsletter.bounces import report as bounce_report
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import ExitStatus, NewsletterError
@@ -1519,6 +1520,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         store, sub = known_subscriber(obj, email, seed=False)
         consent = store.consent_record(sub.id) or {}
         votes = store.votes_of(sub.id)
+        bounce_score, bounce_history = store.bounce_score(sub.id), store.bounce_history(sub.id)
     data: dict[str, Any] = {
         "email": sub.email,
         "name": sub.name,
@@ -1540,12 +1542,13 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
             }
             for v in votes
         ],
+        "bounces": bounce_report.subscriber_json(bounce_score, bounce_history),
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     for key, value in data.items():
-        if key in ("consent", "votes"):
+        if key in ("consent", "votes", "bounces"):
             continue
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
@@ -1562,6 +1565,8 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         click.echo(
             strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
         )
+    for line in bounce_report.subscriber_lines(bounce_score, bounce_history):
+        click.echo(strip_controls(line))
 
 
 # ---------------------------------------------------------------------------- worker
@@ -1677,7 +1682,8 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
 @click.option("--port", default=None, type=int, help="Port (default: inbound.port).")
 @click.pass_obj
 def inbound(obj: Context, host: str | None, port: int | None) -> None:
-    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address."""
+    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address,
+    and process bounces and complaints sent to the bounce address (bounces.enabled)."""
     import time
 
     from newsletter.inbound import InboundServer
@@ -1702,6 +1708,29 @@ def inbound(obj: Context, host: str | None, port: int | None) -> None:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 pass
+
+
+@cli.group()
+def bounces() -> None:
+    """Bounces and complaints (see docs/deliverability.md)."""
+
+
+@bounces.command("poll")
+@click.pass_obj
+def bounces_poll(obj: Context) -> None:
+    """Read new bounce and complaint reports from the IMAP mailbox (bounces.imap) once."""
+    from newsletter.bounces.poll import poll
+
+    with errors():
+        report = poll(obj.config, obj.store())
+    events = ", ".join(f"{n} {k}" for k, n in sorted(report.outcomes.items()))
+    console.print(
+        f"Read {counted(report.messages, 'new message')}"
+        + (f": {events}" if events else "")
+        + (f"; {report.refused} not taken (see the log)" if report.refused else "")
+        + ".",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------------------- demo and sink
@@ -1779,7 +1808,7 @@ def main() -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
-    from datetime import UTC
+    from datetime import UTC, timedelta
 
     from newsletter.scheduler import Jobs, build_scheduler, next_runs
 
@@ -1795,6 +1824,9 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
         ]
+        rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
+        bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
+        over = bounce_report.alerts_for(rates, config.settings.bounces)
     tick = config.settings.schedule.tick_minutes
     if as_json:
         click.echo(
@@ -1823,6 +1855,11 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                         for s, n, e in snapshot["failing_sources"]
                     ],
                     "suppressed": [s.email for s in suppressed],
+                    "deliverability": {
+                        "editions": bounce_report.rates_json(rates),
+                        "days": bounce_report.days_json(bounce_days),
+                        "alerts": over,
+                    },
                 },
                 indent=2,
             )
@@ -1880,3 +1917,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             + (" …" if len(suppressed) > 20 else ""),
             highlight=False,
         )
+    for line in bounce_report.rate_lines([r for r in rates if r.hard or r.soft or r.complaints]):
+        console.print("Deliverability: " + shown(line), highlight=False)
+    for line in over:
+        console.print("[yellow]deliverability alert:[/] " + shown(line), highlight=False)

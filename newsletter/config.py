@@ -35,6 +35,7 @@ from pydantic import (
     field_validator,
 )
 
+from newsletter.bounces.settings import BounceSettings
 from newsletter.errors import ConfigError
 
 ENV_CONFIG = "NEWSLETTER_CONFIG"
@@ -767,6 +768,7 @@ class Settings(_Strict):
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    bounces: BounceSettings = Field(default_factory=BounceSettings)
 
     def fetched_sources(self) -> set[str]:
         """Names of the sources fetched now (configured and enabled): the ones worth alerting on."""
