@@ -557,10 +557,13 @@ class PaperIndex:
         self.boost: FloatArray = self.trend * self.recency
         boosted = sp.diags(self.boost) @ weights
         dense = n_groups * n_papers <= DENSE_LIMIT
-        self.boosted_t: Any = boosted.T.toarray() if dense else sp.csr_matrix(boosted.T)
+        # C order: a sparse × dense product copies an F-ordered operand on every call.
+        self.boosted_t: Any = (
+            np.ascontiguousarray(boosted.T.toarray()) if dense else sp.csr_matrix(boosted.T)
+        )
         """groups × papers, relevance × boost: dense while small (faster), else sparse."""
         self.points_t: Any = (
-            self.evidence.T.toarray().astype(np.float32)
+            np.ascontiguousarray(self.evidence.T.toarray(), dtype=np.float32)
             if dense
             else sp.csr_matrix(self.evidence.T, dtype=np.float32)
         )
