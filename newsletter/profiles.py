@@ -385,6 +385,11 @@ class ProfileRows:
         scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
         return cls(space, weights, scales)
 
+    def prepare(self) -> None:
+        """Compute the space's shared matrices now (once, not in every thread that needs them)."""
+        if self.weights.nnz:
+            _ = self.space.similarity, self.space.gram
+
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
         share of relevance per paper; None when none has."""
