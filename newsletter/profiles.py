@@ -337,6 +337,27 @@ class ProfileSpace:
         return max(zip(sims.tolist(), found, strict=True))[1]
 
 
+def _quadratic(w: sp.csr_matrix, gram: FloatArray) -> FloatArray:
+    """Per row of ``w``, ``wᵀ·gram·w`` over the row's few nonzeros only (a gather of their
+    pairs, not a product with all of ``gram``); summed in the order ``w @ gram`` would."""
+    lengths = np.diff(w.indptr)
+    most = int(lengths.max()) if len(lengths) else 0
+    slot = np.arange(most)
+    filled = slot[None, :] < lengths[:, None]
+    at = np.where(filled, w.indptr[:-1, None] + slot[None, :], 0)
+    cols = np.where(filled, w.indices[at] if w.nnz else 0, 0)
+    vals = np.where(filled, w.data[at] if w.nnz else 0.0, 0.0)  # padding weighs 0
+    pairs = gram[cols[:, :, None], cols[:, None, :]]
+    inner = np.zeros(vals.shape)
+    for i in range(most):
+        inner += vals[:, i, None] * pairs[:, i, :]
+    terms = vals * inner
+    out = np.zeros(len(vals))
+    for j in range(most):
+        out += terms[:, j]
+    return out
+
+
 @dataclass(frozen=True)
 class ProfileRows:
     """Rocchio profiles for the rows of :func:`top_n`, as weights over a space's examples.
@@ -401,7 +422,6 @@ class ProfileRows:
         wr = w[rows]
         # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
         # a few votes per row against dense matrices, never a profile vector.
-        norm2 = np.asarray(wr.multiply(_dense(wr @ space.gram)).sum(axis=1)).ravel()
-        norm = np.sqrt(np.maximum(norm2, 1e-12))
+        norm = np.sqrt(np.maximum(_quadratic(wr, space.gram), 1e-12))
         dots = _dense(wr @ space.similarity)
         return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]
