@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Protocol
 
 import numpy as np
@@ -217,11 +218,8 @@ class ProfileSpace:
 
     def __init__(self, docs: ReadPapers, examples: Sequence[Paper]) -> None:
         run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
-        vocab: dict[str, int] = {}
-        for toks in run:
-            for t in toks:
-                if t not in vocab:
-                    vocab[t] = len(vocab)
+        # Words in order of first use (dict.fromkeys keeps it), numbered.
+        vocab = {t: i for i, t in enumerate(dict.fromkeys(chain.from_iterable(run)))}
         self.vocab = vocab
         n = len(run)
         counts = self._counts(run)
@@ -248,15 +246,18 @@ class ProfileSpace:
 
     def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
         """docs × vocabulary term counts (words outside the vocabulary are left out)."""
-        vocab = self.vocab
-        indptr = [0]
-        cols: list[int] = []
-        for toks in docs:
-            cols.extend(vocab[t] for t in toks if t in vocab)
-            indptr.append(len(cols))
+        get = self.vocab.get
+        found = np.fromiter(
+            (get(t, -1) for toks in docs for t in toks), dtype=np.int64
+        )  # -1: not in the vocabulary
+        doc = np.repeat(np.arange(len(docs)), [len(toks) for toks in docs])
+        known = found >= 0
+        indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(doc[known], minlength=len(docs)), out=indptr[1:])
+        cols = found[known]
         m = sp.csr_matrix(
-            (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), np.asarray(indptr)),
-            shape=(len(docs), len(vocab)),
+            (np.ones(len(cols)), cols, indptr),
+            shape=(len(docs), len(self.vocab)),
         )
         m.sum_duplicates()
         return m

@@ -501,7 +501,8 @@ class PaperIndex:
                     starts[seq[0]].append(len(seq))
                 bags.setdefault(seq[0], []).append((tid, frozenset(seq)))
         singles = {seq[0]: tid for seq, tid in terms.items() if len(seq) == 1}
-        fields: list[list[tuple[int, int, float]]] = [[], []]  # (paper, term, tf) per field
+        # (paper, term, tf) per field, as three flat lists (cheaper than a list of tuples)
+        fields: list[tuple[list[int], list[int], list[float]]] = [([], [], []), ([], [], [])]
         lengths = np.zeros((2, n_papers))
         for p in range(n_papers):
             for f, toks in enumerate((docs.titles[p], docs.abstracts[p])):
@@ -526,14 +527,20 @@ class PaperIndex:
                         for tid, words in bags[tok]:
                             if tid not in counts and words <= have:
                                 counts[tid] = BAG_TF
-                fields[f].extend((p, t, c) for t, c in counts.items())
+                at, term, tf_ = fields[f]
+                at.extend([p] * len(counts))
+                term.extend(counts)
+                tf_.extend(counts.values())
 
-        def tf(entries: list[tuple[int, int, float]]) -> sp.csr_matrix:
-            if not entries:
+        def tf(entries: tuple[list[int], list[int], list[float]]) -> sp.csr_matrix:
+            at, term, values = entries
+            if not at:
                 return sp.csr_matrix((n_papers, n_terms))
-            arr = np.asarray(entries, dtype=np.float64)
             return sp.csr_matrix(
-                (arr[:, 2], (arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64))),
+                (
+                    np.asarray(values, dtype=np.float64),
+                    (np.asarray(at, dtype=np.int64), np.asarray(term, dtype=np.int64)),
+                ),
                 shape=(n_papers, n_terms),
             )
 
