@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Protocol
@@ -410,7 +411,11 @@ class ProfileRows:
     def prepare(self) -> None:
         """Compute the space's shared matrices now (once, not in every thread that needs them)."""
         if self.weights.nnz:
-            _ = self.space.similarity, self.space.gram
+            space = self.space
+            # Two independent sparse products (they release the GIL): side by side.
+            with ThreadPoolExecutor(2) as pool:
+                for _ in pool.map(getattr, (space, space), ("similarity", "gram")):
+                    pass
 
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their

@@ -823,19 +823,15 @@ def _keyword_top(
     indptr, indices, data = scoring.indptr, scoring.indices, scoring.data
     weights = index.boosted_t
 
-    # Each row's terms, padded with weight 0 (adding 0.0 to a positive sum changes nothing).
-    slot = np.arange(most)
-    filled = slot[None, :] < lengths[:, None]
-    at = np.where(filled, indptr[:-1, None] + slot[None, :], 0)
-    terms = np.where(filled, indices[at] if len(indices) else 0, 0)
-    factors = np.where(filled, data[at] if len(data) else 0.0, 0.0)
-
     def exact(r: IntArray, c: IntArray) -> FloatArray:
-        parts = factors[r] * weights[terms[r], c[:, None]]
-        v = np.zeros(len(r))
-        for k in range(most):
-            v += parts[:, k]
-        return v
+        # One (candidate, term) pair per term of the candidate's row, candidate by candidate
+        # and in the row's term order; bincount adds its weights in that order, from 0.0.
+        counts = lengths[r]
+        owner = np.repeat(np.arange(len(r)), counts)
+        offset = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
+        jj = indptr[r][owner] + offset
+        parts = data[jj] * weights[indices[jj], c[owner]]
+        return np.bincount(owner, weights=parts, minlength=len(r)).astype(np.float64)
 
     return _top_rows(scores, n, exact=exact, slack=(most + 1) * F32_ERROR)
 
