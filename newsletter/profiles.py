@@ -386,23 +386,19 @@ class ProfileRows:
         r_idx: list[int] = []
         c_idx: list[int] = []
         vals: list[float] = []
+        known = space.keys
         for row, mine in prefs.items():
-            mine = list(mine)[:MAX_VOTES]
-            pos = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value > 0 and v.paper_key in space.keys
-                )
-            )
-            neg = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value < 0 and v.paper_key in space.keys
-                )
-            )
-            for keys, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
-                for k in keys:
-                    r_idx.append(row)
-                    c_idx.append(space.keys[k])
-                    vals.append(weight / len(keys))
+            pos: dict[int, None] = {}  # example numbers, in order of first vote
+            neg: dict[int, None] = {}
+            for v in list(mine)[:MAX_VOTES]:
+                e = known.get(v.paper_key)
+                if e is not None and v.value:
+                    (pos if v.value > 0 else neg)[e] = None
+            for examples, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
+                if examples:
+                    r_idx.extend([row] * len(examples))
+                    c_idx.extend(examples)
+                    vals.extend([weight / len(examples)] * len(examples))
         weights = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(rows, len(space.keys)))
         weights.sum_duplicates()
         scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
