@@ -853,6 +853,11 @@ def top_n(
     per core, at most 4): the sparse products and sorts release the GIL, and each block writes
     its own rows, so the result does not depend on the thread count. ``profiles`` adds each
     row's Rocchio profile (readers' votes) to its relevance.
+
+    Rows with only keywords (and exclusions) take a float32 pass whose candidates are re-summed
+    in float64 (:func:`_keyword_top`); rows with votes, authors, categories, ``all`` entries or
+    ``min_score`` take the float64 scorer. The result is the same either way (a property test
+    compares them).
     """
     ids = np.full((q.n_rows, n), -1, dtype=np.int64)
     vals = np.zeros((q.n_rows, n))
