@@ -207,11 +207,13 @@ def terminate_backends(name: str) -> int:
 
 
 class TcpProxy:
-    """A loopback TCP proxy to PostgreSQL that can go away (connections cut, new ones refused)
-    and come back on the same port."""
+    """A loopback TCP proxy (to PostgreSQL, or to a relay) that can go away (connections cut,
+    new ones refused) and come back on the same port."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], *, reject: int = 0) -> None:
         self.target = target
+        self.reject = reject
+        """Connections to close at once, unanswered, before forwarding any (a dead relay)."""
         self.port = free_port()
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -247,6 +249,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.reject > 0:
+                self.reject -= 1
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target)
             except OSError:
