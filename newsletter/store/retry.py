@@ -45,6 +45,12 @@ def is_disconnect(error: BaseException) -> bool:
     return code.startswith("08") or code in _GONE_CODES
 
 
+def database_away(error: BaseException) -> bool:
+    """True when ``error`` means the database cannot be used right now (lost, down, refusing,
+    read-only): an operator's matter, said in one line, not a bug worth a traceback."""
+    return isinstance(error, (StoreError, OperationalError)) or is_disconnect(error)
+
+
 def retry_on_disconnect(
     run: Callable[[], T],
     *,

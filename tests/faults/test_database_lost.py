@@ -29,11 +29,10 @@ from tests.faults.harness import (
 )
 from tests.smtpfaults import fault_server
 
-pytestmark = pytest.mark.postgres
-
 SUBSCRIBERS = 90
 
 
+@pytest.mark.postgres
 def test_backends_terminated_mid_send_the_run_reconnects_and_loses_nothing(
     tmp_path: Path, pg_schema_url: str
 ) -> None:
@@ -62,6 +61,7 @@ def test_backends_terminated_mid_send_the_run_reconnects_and_loses_nothing(
     assert result.runs == {"ok": 1}
 
 
+@pytest.mark.postgres
 def test_database_gone_for_good_stops_with_one_line_and_status_4(
     tmp_path: Path, pg_schema_url: str
 ) -> None:
@@ -106,3 +106,54 @@ def test_database_gone_for_good_stops_with_one_line_and_status_4(
     assert after.duplicates <= 3
     assert set(after.runs) <= RECORDED and after.runs["ok"] == 1
     assert sum(after.runs.values()) == 2
+
+
+def test_a_lost_connection_is_retried_until_the_window_runs_out() -> None:
+    from sqlalchemy.exc import OperationalError, ProgrammingError
+
+    from newsletter.errors import DatabaseUnavailable
+    from newsletter.store.retry import retry_on_disconnect
+
+    clock = [0.0]
+    tries: list[float] = []
+
+    def lost() -> None:
+        tries.append(clock[0])
+        if len(tries) == 1:
+            raise OperationalError(
+                "UPDATE editions", {}, Exception("gone"), connection_invalidated=True
+            )
+        raise OperationalError("connect", {}, Exception("connection refused"))
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    with pytest.raises(DatabaseUnavailable, match="gave up"):
+        retry_on_disconnect(
+            lost,
+            gave_up=lambda e: DatabaseUnavailable(f"gave up: {e.orig}"),  # type: ignore[attr-defined]
+            window=5,
+            sleep=sleep,
+            clock=lambda: clock[0],
+        )
+    assert len(tries) > 3 and clock[0] == pytest.approx(5)  # backed off, then gave up
+
+    # the statement works again on the second try: its result comes back
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError(
+                "UPDATE editions", {}, Exception("gone"), connection_invalidated=True
+            )
+        return "ok"
+
+    assert retry_on_disconnect(flaky, gave_up=DatabaseUnavailable, sleep=sleep) == "ok"
+
+    # anything but a lost connection is raised at once
+    def bad_sql() -> None:
+        raise ProgrammingError("SELECT nope", {}, Exception("syntax error"))
+
+    with pytest.raises(ProgrammingError):
+        retry_on_disconnect(bad_sql, gave_up=DatabaseUnavailable, sleep=sleep)
