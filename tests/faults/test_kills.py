@@ -89,8 +89,10 @@ def _kill_loop(
                     _read_only_database_stops_with_one_line(path, tmp_path)
         assert done >= kills - 1, "the sends finished before they could be killed"
         final = cli(path, "send", "--now", log=log)
-        # exit 1: the 550 recipients' editions failed (and are listed)
-        assert final.wait(timeout=300) == ExitStatus.FAILED, log.read_text()[-3000:]
+        # exit 1 when this run met the 550 recipients (0 if a killed run had recorded them)
+        assert final.wait(timeout=300) in (ExitStatus.OK, ExitStatus.FAILED), log.read_text()[
+            -3000:
+        ]
         assert "Traceback" not in log.read_text()
         result = audit(path, relay, bad)
     elapsed = time.monotonic() - started
