@@ -98,6 +98,11 @@ def runs_as_seen(store: Store, runs: Sequence[RunRecord], now: datetime) -> list
     return [interrupted_record(store, r, now) if is_interrupted(r, now) else r for r in runs]
 
 
+def count_interrupted(store: Store, now: datetime) -> int:
+    """Runs recorded as ``running`` whose process is gone or silent (for /metrics)."""
+    return sum(1 for run in store.running_runs() if is_interrupted(run, now))
+
+
 def settle_interrupted(store: Store, now: datetime) -> int:
     """Record every interrupted run as ``interrupted``; returns how many there were."""
     settled = 0
