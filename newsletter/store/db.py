@@ -335,8 +335,11 @@ class Store(BounceStore):
         isolation level back (a fresh DBAPI connection does not inherit it)."""
 
         def attempt() -> _T:
-            if autocommit and conn.invalidated:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
+            if conn.invalidated:
+                if conn.in_transaction():  # the lost transaction must be let go of first
+                    conn.rollback()
+                if autocommit:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
             try:
                 return run()
             except _SAError:
