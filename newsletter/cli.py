@@ -111,7 +111,11 @@ class Context:
             if os.environ.get(ENV_DATABASE_URL)
             else f"database.url in {config.path}"
         )
-        store = Store(config.database_url, where=where)
+        store = Store(
+            config.database_url,
+            where=where,
+            reconnect_seconds=config.settings.database.reconnect_seconds,
+        )
         self._stores.append(store)
         store.check_connection()
         return store
@@ -1810,6 +1814,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
     from datetime import UTC, timedelta
 
+    from newsletter.runs import runs_as_seen
     from newsletter.scheduler import Jobs, build_scheduler, next_runs
 
     with errors():
@@ -1820,7 +1825,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
         upcoming.sort(key=lambda x: x[1] or now)
         snapshot = store.ops_snapshot(now.date(), config.settings.fetched_sources())
-        runs = store.last_runs(run_count)
+        runs = runs_as_seen(store, store.last_runs(run_count), now)  # killed ones: interrupted
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
         ]
@@ -1889,7 +1894,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         counts = ", ".join(
             f"{k} {v}"
             for k, v in r.counts.items()
-            if v and v is not True and k != "duration" and not isinstance(v, float)
+            if v and v is not True and k not in ("duration", "lease") and not isinstance(v, float)
         )
         took = _took(r)
         table.add_row(

@@ -93,6 +93,8 @@ def _check_address(value: str) -> str:
 class DatabaseSettings(_Strict):
     url: str = "sqlite:///var/newsletter.db"
     """SQLAlchemy URL. SQLite paths are relative to the config file; PostgreSQL: postgresql+psycopg://..."""
+    reconnect_seconds: float = Field(default=30.0, ge=0, le=3600)
+    """How long a send waits for a lost database connection to come back before it stops."""
 
 
 class SenderSettings(_Strict):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
+from typing import ClassVar
 from zoneinfo import ZoneInfo
 
 from newsletter.bounces.verp import Verp
@@ -153,7 +154,33 @@ class SendReport:
         else:
             self.more_errors += 1
 
+    COUNTS: ClassVar[tuple[str, ...]] = (
+        "considered",
+        "sent",
+        "already",
+        "empty",
+        "failed",
+        "suppressed",
+        "unknown",
+        "resent",
+        "retried",
+        "throttled",
+        "unsubscribed",
+        "released",
+        "resumed",
+        "not_due",
+        "no_listing",
+    )
+    """The counts in :meth:`as_dict` that add up across the parts of a run (worker chunks)."""
+
+    def add_counts(self, counts: Mapping[str, object]) -> None:
+        """Add the :data:`COUNTS` of another part's :meth:`as_dict` (a worker chunk's) to these."""
+        for key in self.COUNTS:
+            value = counts.get(key, 0)
+            setattr(self, key, getattr(self, key) + (value if isinstance(value, int) else 0))
+
     def as_dict(self) -> dict[str, object]:
+        """The report as JSON: what the run record, the log line and a worker chunk carry."""
         return {
             "considered": self.considered,
             "sent": self.sent,

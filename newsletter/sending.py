@@ -44,6 +44,7 @@ from newsletter.models import EditionStatus, Subscriber
 from newsletter.render import RenderedDigest
 from newsletter.store import Store
 from newsletter.store.db import EditionClaim, LedgerOp
+from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)
 
@@ -409,7 +410,12 @@ class SendPool:
             self.abort.set()
             self._release(job, str(e))
         except BaseException as e:  # a bug: stop the run, re-raised by close()
-            log.exception("sender crashed on the edition for %s", job.subscriber.email)
+            log.error(
+                "sender stopped on the edition for %s: %s",
+                job.subscriber.email,
+                e,
+                exc_info=not database_away(e),
+            )
             with self._record_lock:
                 self.crash = self.crash or e
             self.abort.set()
@@ -424,8 +430,13 @@ class SendPool:
             self.store.release_edition(
                 job.claim.id, error=error or "the run stopped before sending"
             )
-        except Exception:  # the database is failing too: the claim's lease will free it
-            log.exception("could not give back the edition for %s", job.subscriber.email)
+        except Exception as e:  # the database is failing too: the claim's lease will free it
+            log.error(
+                "could not give back the edition for %s: %s",
+                job.subscriber.email,
+                e,
+                exc_info=not database_away(e),
+            )
         self._note("released", job, error)
 
     def _deliver(self, mailer: Mailer, job: Job) -> None:

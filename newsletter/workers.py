@@ -33,22 +33,13 @@ from newsletter.edition import EditionBuilder, SendReport, edition_date_for, run
 from newsletter.errors import NewsletterError
 from newsletter.logs import step
 from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
+from newsletter.runs import SendRun
 from newsletter.store import Store
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "newsletter.send_chunk"
 MAX_RETRIES = 25
-_COUNTS = (
-    "considered",
-    "sent",
-    "already",
-    "empty",
-    "failed",
-    "suppressed",
-    "resumed",
-    "no_listing",
-)
 _SETTLED = frozenset(
     {EditionStatus.SENT, EditionStatus.SKIPPED, EditionStatus.FAILED, EditionStatus.UNKNOWN}
 )
@@ -178,7 +169,7 @@ class ChunkOutcome:
 
 
 def _empty_counts() -> dict[str, Any]:
-    return {**dict.fromkeys(_COUNTS, 0), "dates": [], "errors": [], "relay_error": None}
+    return {**dict.fromkeys(SendReport.COUNTS, 0), "dates": [], "errors": [], "relay_error": None}
 
 
 def send_chunk(
@@ -207,19 +198,20 @@ def send_chunk(
         claim_clock=utcnow,
         builder=builder,
     )
-    result = carried or _empty_counts()
-    for key in _COUNTS:
-        result[key] += getattr(report, key)
+    result = _empty_counts() | (carried or {})
+    counts = report.as_dict()  # the one serialization of a report, added up by wait_for
+    for key in SendReport.COUNTS:
+        result[key] = int(result.get(key, 0)) + int(counts[key])  # type: ignore[call-overload]
     result["dates"] = sorted({*result["dates"], *(d.isoformat() for d in report.dates)})
     result["errors"] = (result["errors"] + report.errors)[:20]
     if report.no_listing_reason:
         result["no_listing_reason"] = report.no_listing_reason
     if report.relay_error:
-        # the run stopped at the relay: the editions not sent yet are tried again later
+        # the run stopped at the relay: the editions not sent yet are tried again later; the
+        # error stays in the chunk's report (the run reports and alerts on it, as in-process)
         left = _unsettled(store, ids, now)
         result["relay_error"] = report.relay_error
         return ChunkOutcome(result, retry_ids=left)
-    result["relay_error"] = None
     busy: list[int] = []
     if report.already:
         busy = _in_flight_elsewhere(store, ids, now)
@@ -379,12 +371,12 @@ def wait_for(
                 break
             if stop is None:
                 time.sleep(poll)
+    report.duration = time.monotonic() - report.started
     return report
 
 
 def _add(report: SendReport, counts: dict[str, Any]) -> None:
-    for key in _COUNTS:
-        setattr(report, key, getattr(report, key) + int(counts[key]))
+    report.add_counts(counts)
     report.dates.update(date.fromisoformat(d) for d in counts["dates"])
     report.errors.extend(counts["errors"])
     if counts.get("no_listing_reason"):
@@ -434,32 +426,26 @@ def _send_with_workers(
     progress: Callable[[Progress], None] | None,
     on_enqueued: Callable[[Enqueued], None] | None,
 ) -> tuple[Enqueued, SendReport | None]:
-    run_id = store.start_run(kind, now)
-    try:
-        enqueued = enqueue_edition(config, store, now, app, to=to, topic=topic, due=due)
-    except Exception as e:
-        store.finish_run(run_id, "failed", utcnow(), {}, f"could not enqueue: {e}")
-        raise
-    enqueued.run_id = run_id
-    if on_enqueued is not None:
-        on_enqueued(enqueued)
-    counts: dict[str, Any] = {
-        "enqueued": enqueued.subscribers,
-        "chunks": len(enqueued.results),
-        "already": enqueued.settled,
-    }
-    step(f"{kind} enqueued", **{k: v for k, v in counts.items() if v})
-    if not wait:
-        store.finish_run(run_id, "enqueued", utcnow(), counts, None)
-        return enqueued, None
-    report = wait_for(enqueued, progress=progress, stop=stop)
-    counts = report.as_dict() | {"chunks": len(enqueued.results)}
-    status = "failed" if report.relay_error else ("stopped" if report.stopped else "ok")
-    error = report.relay_error or ("; ".join(report.errors[:20]) or None)
-    store.finish_run(run_id, status, utcnow(), counts, error)
-    if report.considered or report.relay_error:
-        step(f"{kind} done", **{k: v for k, v in counts.items() if v})
-    return enqueued, report
+    with SendRun(config, store, now, kind) as run:
+        try:
+            enqueued = enqueue_edition(config, store, now, app, to=to, topic=topic, due=due)
+        except Exception as e:
+            run.end("failed", {}, f"could not enqueue: {e}")
+            raise
+        enqueued.run_id = run.id
+        if on_enqueued is not None:
+            on_enqueued(enqueued)
+        counts: dict[str, Any] = {
+            "enqueued": enqueued.subscribers,
+            "chunks": len(enqueued.results),
+            "already": enqueued.settled,
+        }
+        step(f"{kind} enqueued", **{k: v for k, v in counts.items() if v})
+        if not wait:
+            run.end("enqueued", counts, None)
+            return enqueued, None
+        report = wait_for(enqueued, progress=progress, stop=stop)
+        return enqueued, run.finish(report, chunks=len(enqueued.results))
 
 
 # ---------------------------------------------------------------------------- the worker

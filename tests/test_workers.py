@@ -603,3 +603,160 @@ def test_a_worker_on_rabbitmq_sends_each_digest_once(
 
         with Connection(RABBIT_URL) as conn:  # leave no queue behind
             conn.default_channel.queue_delete(name)
+
+
+# ------------------------------------------------- the same report and alerts in both modes
+
+
+def _faulty_relay_plan() -> Any:
+    """The same faults for the same readers whichever mode sends: s00001 and s00011 get a 451
+    once (retried), s00002 a line dropped after the final dot once (re-sent with the same
+    Message-ID), s00003 one throttling reply, s00004 and s00014 a 550 every time."""
+    from tests.smtpfaults import Fault
+
+    seen: Counter[str] = Counter()
+
+    def plan(stage: str, rcpt: str | None) -> Fault | None:
+        if rcpt is None:
+            return None
+        i = int(rcpt[1:6])
+        if i % 10 == 4:
+            return Fault("550 5.1.1 no such user") if stage == "RCPT" else None
+        if stage == "RCPT":
+            seen[rcpt] += 1
+        if seen[rcpt] > 1:
+            return None
+        if i % 10 == 1 and stage == "RCPT":
+            return Fault("451 4.3.0 try again later")
+        if i == 2 and stage == "DATA":
+            return Fault(None, close=True, keep=True)
+        if i == 3 and stage == "RCPT":
+            return Fault("454 4.7.0 too many messages, slow down")
+        return None
+
+    return plan
+
+
+def _in_process_twin(path: Path, tmp_path: Path, smtp_port: int) -> Config:
+    """The same install without workers (and on its own SQLite database)."""
+    data = yaml.safe_load(path.read_text())
+    del data["workers"]
+    data["database"]["url"] = f"sqlite:///{tmp_path / 'in-process.db'}"
+    data["smtp"]["port"] = smtp_port
+    twin = tmp_path / "in-process"
+    twin.mkdir()
+    return load_config(write_config(twin, data))
+
+
+REPORTED = (
+    "considered",
+    "sent",
+    "already",
+    "failed",
+    "suppressed",
+    "unknown",
+    "resent",
+    "retried",
+    "throttled",
+    "unsubscribed",
+    "released",
+)
+
+
+def _counts(report: Any) -> dict[str, int]:
+    return {k: getattr(report, k) for k in REPORTED}
+
+
+@pytest.mark.postgres
+def test_worker_mode_reports_the_same_counts_as_in_process_through_a_faulty_relay(
+    tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
+) -> None:
+    from newsletter.runs import send_step
+    from newsletter.workers import send_with_workers
+    from tests.smtpfaults import fault_server
+
+    n = 20
+    with (
+        fault_server(_faulty_relay_plan()) as in_relay,
+        fault_server(_faulty_relay_plan()) as relay,
+    ):
+        path = workers_config(tmp_path, pg_schema_url, relay, queue, retry_delay=1)  # type: ignore[arg-type]
+        config, store, _ = prepared(path, n)
+        twin = _in_process_twin(path, tmp_path, in_relay.port)
+        twin_store = Store(twin.database_url)
+        twin_store.upgrade()
+        run_fetch(twin, twin_store, utcnow())
+        add_subscribers(twin_store, n)
+        in_process = send_step(twin, twin_store, utcnow())
+        twin_store.close()
+
+        worker = start_worker(path, f"w-{queue}", tmp_path / "worker.log")
+        try:
+            _, by_workers = send_with_workers(config, store, utcnow())
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+        [run] = store.last_runs(1)
+        store.close()
+    assert by_workers is not None
+    expected = _counts(in_process)
+    assert expected["sent"] == n - 2 and expected["failed"] == 2
+    assert expected["retried"] >= 2 and expected["resent"] == 1 and expected["throttled"] == 1
+    assert _counts(by_workers) == expected
+    # the run record carries the same serialization in both modes
+    assert {k: run.counts[k] for k in expected} == expected
+
+
+@pytest.mark.postgres
+def test_worker_mode_alerts_when_the_relay_cannot_be_used_as_in_process(
+    tmp_path: Path,
+    pg_schema_url: str,
+    smtp_server: SmtpServer,
+    queue: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    from newsletter.runs import send_step
+    from newsletter.workers import send_with_workers
+    from tests.faults.harness import TcpProxy
+
+    # the relay is dead for the first connection of each mode, then answers
+    dead_twice = TcpProxy((smtp_server.host, smtp_server.port), reject=1)
+    path = workers_config(tmp_path, pg_schema_url, smtp_server, queue, retry_delay=1)
+    data = yaml.safe_load(path.read_text())
+    data["smtp"]["port"] = dead_twice.port
+    path.write_text(yaml.safe_dump(data))
+    config, store, _ = prepared(path, 10)
+    twin = _in_process_twin(path, tmp_path, dead_twice.port)
+    twin_store = Store(twin.database_url)
+    twin_store.upgrade()
+    run_fetch(twin, twin_store, utcnow())
+    add_subscribers(twin_store, 10)
+    try:
+        with caplog.at_level(logging.ERROR, logger="newsletter.alerts"):
+            in_process = send_step(twin, twin_store, utcnow())
+            alerted_in_process = [r for r in caplog.records if r.name == "newsletter.alerts"]
+            caplog.clear()
+            dead_twice.reject = 1
+            worker = start_worker(path, f"w-{queue}", tmp_path / "worker.log")
+            try:
+                _, by_workers = send_with_workers(config, store, utcnow())
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=60)
+            alerted_by_workers = [r for r in caplog.records if r.name == "newsletter.alerts"]
+        [run] = store.last_runs(1)
+    finally:
+        dead_twice.down()
+        twin_store.close()
+        store.close()
+    assert in_process.relay_error and alerted_in_process
+    assert by_workers is not None and by_workers.relay_error
+    assert "sent no SMTP greeting" in by_workers.relay_error
+    assert [r.getMessage() for r in alerted_by_workers] == [
+        r.getMessage() for r in alerted_in_process
+    ]
+    assert run.status == "failed" and run.error == by_workers.relay_error
+    # the workers retried the chunk once the relay answered: nothing was left behind
+    assert by_workers.sent == 10

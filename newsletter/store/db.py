@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import (
     ARRAY,
@@ -31,6 +31,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    or_,
     select,
     text,
     true,
@@ -58,6 +59,9 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.bounces import BounceStore
+from newsletter.store.retry import DEFAULT_WINDOW, is_disconnect, retry_on_disconnect
+
+_T = TypeVar("_T")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -100,6 +104,10 @@ def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
         raise UnsupportedDatabase(
             f"{where}: {shown}: newsletter does not support {backend} databases; use {supported}"
         )
+    if backend == "postgresql":
+        # a pooled connection the server ended (restart, pg_terminate_backend) is replaced at
+        # checkout instead of failing the statement that drew it
+        engine_kw.setdefault("pool_pre_ping", True)
     try:
         return create_engine(url, **engine_kw)
     except NoSuchModuleError as e:
@@ -264,10 +272,13 @@ class Store(BounceStore):
         *,
         engine: Engine | None = None,
         where: str = "database.url",
+        reconnect_seconds: float = DEFAULT_WINDOW,
         **engine_kw: Any,
     ) -> None:
         self.url = normalize_url(url)
         self.where = where
+        self.reconnect_seconds = reconnect_seconds
+        """How long a ledger write waits for a lost database to come back (:mod:`.retry`)."""
         if engine is None:
             engine = _create_engine(self.url, where, **engine_kw)
             if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
@@ -308,6 +319,54 @@ class Store(BounceStore):
     def error(self, error: BaseException) -> StoreError:
         """A database error as one line naming this database and what to do."""
         return database_error(self.url, error, self.where)
+
+    def _gone(self, error: BaseException) -> StoreError:
+        reason = _one_line(str(getattr(error, "orig", None) or error)) or type(error).__name__
+        return DatabaseUnavailable(
+            f"lost the connection to the database {safe_url(self.url)} and it did not come back "
+            f"within {self.reconnect_seconds:.0f} s ({reason}); start it or fix {self.where}, then "
+            "send again: editions already sent are not sent twice"
+        )
+
+    def _retrying(self, run: Callable[[], _T], conn: Connection, *, autocommit: bool = False) -> _T:
+        """``run()`` again after ``conn`` was lost (the ledger's writes are idempotent).
+
+        ``conn`` reconnects on its next use once invalidated; an ``autocommit`` one gets its
+        isolation level back (a fresh DBAPI connection does not inherit it)."""
+
+        def attempt() -> _T:
+            if conn.invalidated:
+                if conn.in_transaction():  # the lost transaction must be let go of first
+                    conn.rollback()
+                if autocommit:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                return run()
+            except _SAError:
+                raise
+            except Exception as e:  # a statement run on the driver connection itself
+                if self._driver_lost(e, conn):
+                    conn.invalidate(e)
+                raise
+
+        return retry_on_disconnect(
+            attempt,
+            gave_up=self._gone,
+            lost=lambda e: is_disconnect(e) or conn.invalidated,
+            window=self.reconnect_seconds,
+        )
+
+    def _driver_lost(self, error: Exception, conn: Connection) -> bool:
+        dbapi = self.engine.dialect.loaded_dbapi
+        if not isinstance(error, dbapi.Error) or conn.invalidated:
+            return False
+        if is_disconnect(error):
+            return True
+        try:
+            raw = conn.connection.dbapi_connection
+        except _SAError:
+            return True
+        return bool(self.engine.dialect.is_disconnect(error, raw, None))
 
     def check_connection(self) -> None:
         """Open one connection; raise :class:`DatabaseUnavailable` (one line) when it fails."""
@@ -1669,6 +1728,12 @@ class Store(BounceStore):
         if conn is None:
             with self.engine.connect() as own:
                 return self.apply_ledger(ops, now, conn=own)
+        held = conn
+        return self._retrying(lambda: self._apply_ledger(ops, now, held), held)
+
+    def _apply_ledger(
+        self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
+    ) -> list[str | bool | None]:
         out: list[str | bool | None] = []
         with conn.begin():
             at = 0
@@ -1724,7 +1789,7 @@ class Store(BounceStore):
         marks = [op for op in ops if _is_sent_mark(op)]
         if len(begins) + len(marks) != len(ops) or len({op.owner for op in begins}) > 1:
             return None
-        done = _pg_ledger(conn, marks, begins, now)
+        done = self._retrying(lambda: _pg_ledger(conn, marks, begins, now), conn, autocommit=True)
         out: list[str | bool | None] = []
         for op in ops:
             if op.kind != "begin":
@@ -1936,15 +2001,81 @@ class Store(BounceStore):
             stmt = self._insert(t.source_state).values(source=state.source, **values)
             conn.execute(stmt.on_conflict_do_update(index_elements=["source"], set_=values))  # type: ignore[attr-defined]
 
-    def start_run(self, kind: str, now: datetime) -> int:
+    def start_run(self, kind: str, now: datetime, *, owner: str | None = None) -> int:
+        """Record a run as ``running``; ``owner`` (its process) goes into the run's lease, which
+        :meth:`beat_run` renews while it is alive."""
+        lease = {"lease": {"owner": owner, "heartbeat": now.isoformat()}} if owner else None
         with self.engine.begin() as conn:
             return int(
                 conn.execute(
                     t.runs.insert()
-                    .values(kind=kind, started=now, status="running")
+                    .values(kind=kind, started=now, status="running", counts=lease)
                     .returning(t.runs.c.id)
                 ).scalar_one()
             )
+
+    def beat_run(self, run_id: int, owner: str, now: datetime) -> None:
+        """Renew a running run's lease: its process is alive at ``now``."""
+        lease = {"lease": {"owner": owner, "heartbeat": now.isoformat()}}
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(t.runs)
+                .where(t.runs.c.id == run_id, t.runs.c.status == "running")
+                .values(counts=lease)
+            )
+
+    def running_runs(self) -> list[RunRecord]:
+        """Runs recorded as ``running`` (alive, or killed before they could say otherwise)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.runs).where(t.runs.c.status == "running").order_by(t.runs.c.id)
+            ).all()
+        return [
+            RunRecord(r.id, r.kind, r.started, r.finished, r.status, r.counts or {}, r.error)
+            for r in rows
+        ]
+
+    def ledger_of(self, owner_prefix: str, since: datetime) -> tuple[dict[str, int], list[str]]:
+        """What runs whose ledger owner starts with ``owner_prefix`` did to editions since
+        ``since``: a count per status, and their distinct errors (at most 20)."""
+        e = t.editions
+        mine = and_(
+            e.c.owner.startswith(owner_prefix, autoescape=True),
+            or_(e.c.claimed >= since, e.c.finished >= since),
+        )
+        with self.engine.connect() as conn:
+            counts = conn.execute(select(e.c.status, func.count()).where(mine).group_by(e.c.status))
+            by_status = {str(k): int(v) for k, v in counts}
+            errors = conn.execute(
+                select(e.c.last_error)
+                .where(mine, e.c.last_error.is_not(None))
+                .group_by(e.c.last_error)
+                .order_by(e.c.last_error)
+                .limit(20)
+            ).scalars()
+            return by_status, [str(x) for x in errors]
+
+    def settle_run(
+        self, run_id: int, status: str, at: datetime, counts: dict[str, Any], error: str | None
+    ) -> bool:
+        """End a run still recorded as ``running`` (one whose process is gone); False if it
+        had ended meanwhile."""
+        with self.engine.begin() as conn:
+            started = conn.execute(
+                select(t.runs.c.started).where(t.runs.c.id == run_id)
+            ).scalar_one()
+            done = conn.execute(
+                update(t.runs)
+                .where(t.runs.c.id == run_id, t.runs.c.status == "running")
+                .values(
+                    status=status,
+                    finished=at,
+                    counts=counts,
+                    error=error,
+                    duration=max(0.0, (at - started).total_seconds()),
+                )
+            )
+            return bool(done.rowcount)
 
     def finish_run(
         self,

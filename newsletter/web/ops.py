@@ -74,6 +74,13 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
                 f'newsletter_last_run_duration_seconds{{kind="{_label(kind)}"}} {run["duration"]:.3f}'
             )
     lines += ok_lines + dur_lines
+    if "interrupted_runs" in snapshot:
+        lines += [
+            "# HELP newsletter_runs_interrupted Runs still recorded as running whose process is "
+            "gone (killed); the next run records them as interrupted.",
+            "# TYPE newsletter_runs_interrupted gauge",
+            f"newsletter_runs_interrupted {snapshot['interrupted_runs']}",
+        ]
     lines += [
         "# HELP newsletter_source_consecutive_failures Failed fetches in a row, per failing source.",
         "# TYPE newsletter_source_consecutive_failures gauge",
@@ -88,7 +95,10 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
 @router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
     ctx = _ctx(request)
+    from newsletter.runs import count_interrupted
+
     snapshot = ctx.store.ops_snapshot(ctx.now().date(), ctx.config.settings.fetched_sources())
+    snapshot["interrupted_runs"] = count_interrupted(ctx.store, ctx.now())
     text = prometheus_text(snapshot) + deliverability_text(ctx.store, ctx.now())
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 

@@ -34,6 +34,19 @@ def test_metrics_in_prometheus_text_format(
             assert re.match(r'^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9.e+]+$', line), line
 
 
+def test_metrics_count_runs_whose_process_is_gone(client: TestClient, web_store: Store) -> None:
+    import os
+
+    from newsletter.clock import utcnow
+    from newsletter.sending import HOST, run_owner
+
+    # a run of an earlier incarnation of this pid (a killed process), and one alive (this one)
+    web_store.start_run("send", utcnow(), owner=f"{HOST}:{os.getpid()}:0dead000.run")
+    web_store.start_run("send", utcnow(), owner=run_owner())
+    text = client.get("/metrics").text
+    assert re.search(r"^newsletter_runs_interrupted 1$", text, re.M), text
+
+
 def test_admin_send_is_off_without_a_token(client: TestClient) -> None:
     assert client.post("/admin/send", json={}).status_code == 404
 
