@@ -35,6 +35,7 @@ from pydantic import (
     field_validator,
 )
 
+from newsletter.bounces.webhooks import WebhookSettings
 from newsletter.errors import ConfigError
 
 ENV_CONFIG = "NEWSLETTER_CONFIG"
@@ -750,6 +751,13 @@ class WorkersSettings(_Strict):
         return broker if broker.startswith(("redis", "rediss")) else "rpc://"
 
 
+class BouncesSettings(_Strict):
+    """``bounces``: what happens to bounces, complaints and unsubscribe reports."""
+
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    """The providers' webhooks (``newsletter.bounces.webhooks``; docs/webhooks.md)."""
+
+
 class Settings(_Strict):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sender: SenderSettings = Field(default_factory=SenderSettings)
@@ -767,6 +775,7 @@ class Settings(_Strict):
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    bounces: BouncesSettings = Field(default_factory=BouncesSettings)
 
     def fetched_sources(self) -> set[str]:
         """Names of the sources fetched now (configured and enabled): the ones worth alerting on."""
