@@ -31,6 +31,7 @@ from rich.table import Table
 
 from newsletter import __version__
 from newsletter.addresses import InvalidAddress, normalize_address, normalize_name
+from newsletter.bounces import report as bounce_report
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import ExitStatus, NewsletterError
@@ -1615,6 +1616,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         store, sub = known_subscriber(obj, email, seed=False)
         consent = store.consent_record(sub.id) or {}
         votes = store.votes_of(sub.id)
+        bounce_score, bounce_history = store.bounce_score(sub.id), store.bounce_history(sub.id)
     data: dict[str, Any] = {
         "email": sub.email,
         "name": sub.name,
@@ -1636,12 +1638,13 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
             }
             for v in votes
         ],
+        "bounces": bounce_report.subscriber_json(bounce_score, bounce_history),
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     for key, value in data.items():
-        if key in ("consent", "votes"):
+        if key in ("consent", "votes", "bounces"):
             continue
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
@@ -1658,6 +1661,8 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         click.echo(
             strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
         )
+    for line in bounce_report.subscriber_lines(bounce_score, bounce_history):
+        click.echo(strip_controls(line))
 
 
 # ---------------------------------------------------------------------------- worker

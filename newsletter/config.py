@@ -35,7 +35,7 @@ from pydantic import (
     field_validator,
 )
 
-from newsletter.bounces.webhooks import WebhookSettings
+from newsletter.bounces.settings import BounceSettings
 from newsletter.errors import ConfigError
 
 ENV_CONFIG = "NEWSLETTER_CONFIG"
@@ -751,13 +751,6 @@ class WorkersSettings(_Strict):
         return broker if broker.startswith(("redis", "rediss")) else "rpc://"
 
 
-class BouncesSettings(_Strict):
-    """``bounces``: what happens to bounces, complaints and unsubscribe reports."""
-
-    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
-    """The providers' webhooks (``newsletter.bounces.webhooks``; docs/webhooks.md)."""
-
-
 class Settings(_Strict):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     sender: SenderSettings = Field(default_factory=SenderSettings)
@@ -775,7 +768,7 @@ class Settings(_Strict):
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
-    bounces: BouncesSettings = Field(default_factory=BouncesSettings)
+    bounces: BounceSettings = Field(default_factory=BounceSettings)
 
     def fetched_sources(self) -> set[str]:
         """Names of the sources fetched now (configured and enabled): the ones worth alerting on."""

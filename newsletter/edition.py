@@ -12,10 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from newsletter.bounces.verp import Verp
 from newsletter.config import Config
 from newsletter.deliver import (
     Envelope,
@@ -198,6 +199,9 @@ class EditionBuilder:
         self.tokens = Tokens(config.secret_key())
         self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
         self.signer = DkimSigner.from_config(config)
+        self.verp = Verp.from_settings(
+            self.settings.bounces, self.tokens.secret, self.settings.sender.from_address
+        )
 
     def digest(
         self,
@@ -253,6 +257,10 @@ class EditionBuilder:
             links=links,
             now=self.now,
         )
+        if self.verp is not None:  # bounces come back to a signed address (newsletter.bounces)
+            envelope = replace(
+                envelope, sender=self.verp.sender(digest.subscriber.id, digest.edition_date)
+            )
         return maybe_sign(self.signer, envelope)
 
 

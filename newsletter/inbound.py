@@ -29,6 +29,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
 
 from newsletter.addresses import InvalidAddress, envelope_address
+from newsletter.bounces.receive import BounceReceiver
 from newsletter.config import InboundSettings
 from newsletter.errors import NewsletterError, listen_error
 from newsletter.subscribe import (
@@ -167,10 +168,15 @@ class InboundHandler:
         self.service = service
         self.settings = settings
         self.outcomes: list[Outcome | None] = []
+        self.bounces = BounceReceiver.from_config(service.config, service.store, service.now)
+        """Takes mail to the bounce address (``bounces.enabled``), see :mod:`newsletter.bounces`."""
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, options: Any
     ) -> str:
+        if self.bounces is not None and self.bounces.accepts(address):
+            envelope.rcpt_tos.append(address)
+            return "250 OK"
         wanted = self.settings.address
         if wanted is not None and not same_address(address, wanted):
             return f"550 5.1.1 this server only takes mail for {wanted}"
@@ -183,6 +189,17 @@ class InboundHandler:
             return "552 5.3.4 message too big for a command"
         peer = str(session.peer[0]) if session.peer else "unknown"
         loop = asyncio.get_running_loop()
+        if self.bounces is not None:
+            bounced = [r for r in envelope.rcpt_tos if self.bounces.accepts(r)]
+            if bounced:
+                origin = f"{envelope.mail_from or '<>'} via {peer}"
+                try:
+                    await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
+                except NewsletterError as e:
+                    log.warning("inbound: could not record a bounce: %s", e)
+                    return "451 4.3.0 cannot record the bounce right now; try again later"
+                if len(bounced) == len(envelope.rcpt_tos):
+                    return "250 OK"
         try:
             outcome = await loop.run_in_executor(
                 None,

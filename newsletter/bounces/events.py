@@ -57,3 +57,6 @@ class BounceEvent:
     deciding module's policy (docs/deliverability.md)."""
     provider_id: str | None = None
     """The provider's own event id, used to ignore replays of the same event."""
+    subscriber_id: int | None = None
+    """The subscriber a verified VERP token names (the report's own address may differ: a
+    forwarded mailbox bounces under its final address)."""

@@ -56,6 +56,7 @@ from newsletter.models import (
     Vote,
 )
 from newsletter.store import tables as t
+from newsletter.store.bounces import BounceStore
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -253,7 +254,7 @@ class RunRecord:
     error: str | None
 
 
-class Store:
+class Store(BounceStore):
     """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate."""
 
     def __init__(

@@ -73,5 +73,5 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(pages.router)
     app.include_router(api.router)
-    webhooks.install(app, config.settings.bounces.webhooks, now)
+    webhooks.install(app, config.settings.bounces, store, now)
     return app

@@ -6,9 +6,10 @@ a short fixed answer that repeats nothing it sent (400 malformed, 401 no credent
 stale or reused ones, 404 provider not configured, 503 we could not check or apply, so the
 provider delivers it again) and one log line naming the provider and the reason.
 
-Replays: an event whose provider id this process has applied is answered 200 and not applied
-again (:class:`~newsletter.bounces.webhooks.RecentEvents`, in memory and bounded); the store is
-the place that remembers across restarts and processes, once bounce processing records events.
+Replays: an event whose provider id was applied is answered 200 and not applied again. The
+store keeps each provider event once, across processes and restarts (the decider's
+``event_key``); in front of it, :class:`~newsletter.bounces.webhooks.RecentEvents` (in memory,
+bounded) spares the database a provider's retries of what this process just applied.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.bounces import sns
 from newsletter.bounces import webhooks as hooks
+from newsletter.bounces.decide import BounceDecider
 from newsletter.bounces.events import BounceEvent, EventSource
+from newsletter.bounces.settings import BounceSettings
 from newsletter.errors import NewsletterError
+from newsletter.store import Store
 from newsletter.subscribe import Clock
 from newsletter.web.security import client_address
 
@@ -42,16 +47,21 @@ _ANSWERS = {
 }
 
 
-def log_events(events: Sequence[BounceEvent]) -> None:
-    """Record events in the log only: what the routes do until bounce processing is installed."""
-    for e in events:
-        log.warning(
-            "webhook %s: %s for %s logged, not applied (no bounce processing installed)",
-            e.source,
-            e.kind,
-            e.address,
-            extra={"provider_id": e.provider_id, "status": e.status},
-        )
+def store_applier(store: Store, settings: BounceSettings) -> ApplyEvents:
+    """Events applied by the bounce decider to ``store`` (scores, suppressions, unsubscribes).
+
+    The store keeps each provider event once (its ``provider_id``), across processes and
+    restarts. A database error comes back as a :class:`~newsletter.errors.StoreError`.
+    """
+    decider = BounceDecider(store, settings)
+
+    def apply(events: Sequence[BounceEvent]) -> None:
+        try:
+            decider.apply(list(events))
+        except SQLAlchemyError as e:
+            raise store.error(e) from e
+
+    return apply
 
 
 @dataclass
@@ -60,7 +70,7 @@ class WebhookState:
 
     settings: hooks.WebhookSettings
     now: Clock
-    apply_events: ApplyEvents = log_events
+    apply_events: ApplyEvents
     certificates: sns.Certificates = field(default_factory=sns.Certificates)
     nonces: hooks.Nonces = field(default_factory=hooks.Nonces)
     recent: hooks.RecentEvents = field(default_factory=hooks.RecentEvents)
@@ -68,16 +78,19 @@ class WebhookState:
 
 def install(
     app: FastAPI,
-    settings: hooks.WebhookSettings,
+    settings: BounceSettings,
+    store: Store,
     now: Clock,
     apply_events: ApplyEvents | None = None,
 ) -> WebhookState:
-    """Add the webhook routes to ``app``; events go to ``apply_events`` (default: logged)."""
-    prefix = settings.ses.cert_url_prefix if settings.ses else None
+    """Add the webhook routes to ``app``; events go to ``apply_events``, by default the bounce
+    decider on ``store`` (:func:`store_applier`)."""
+    hooks_settings = settings.webhooks
+    prefix = hooks_settings.ses.cert_url_prefix if hooks_settings.ses else None
     state = WebhookState(
-        settings=settings,
+        settings=hooks_settings,
         now=now,
-        apply_events=apply_events or log_events,
+        apply_events=apply_events or store_applier(store, settings),
         certificates=sns.Certificates(prefix=prefix),
     )
     app.state.webhooks = state

@@ -26,6 +26,7 @@ import uvicorn
 from newsletter.bounces.events import BounceEvent, EventKind
 from newsletter.config import Config, load_config
 from newsletter.errors import StoreError
+from newsletter.models import SubscriberStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
@@ -43,7 +44,7 @@ from tests.bounces.providers import (
     mailgun_body,
     sns_notification,
 )
-from tests.conftest import base_config, write_config
+from tests.conftest import NOW, base_config, write_config
 from tests.web.conftest import Clock
 
 Request = tuple[bytes, dict[str, str]]
@@ -119,10 +120,13 @@ def webhook_settings(aws: AwsStandIn, sendgrid_signer: SendgridSigner) -> dict[s
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Callable[..., Live]]:
-    """Start the app with a ``bounces.webhooks`` section; events are recorded, not applied."""
+    """Start the app with a ``bounces.webhooks`` section; with ``record``, events are recorded
+    in ``Live.applied`` instead of going to the bounce decider."""
     stack: list[tuple[LiveServer, Store]] = []
 
-    def run(webhooks: dict[str, Any], db_url: str | None = None, **web: Any) -> Live:
+    def run(
+        webhooks: dict[str, Any], db_url: str | None = None, record: bool = True, **web: Any
+    ) -> Live:
         data = base_config(db_url or f"sqlite:///{tmp_path}/webhooks.db")
         data["web"] = {"secret_key": "a-test-secret-that-signs-links-0123456789", **web}
         data["bounces"] = {"webhooks": webhooks}
@@ -134,7 +138,8 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Live]]:
         server = LiveServer(app).__enter__()
         stack.append((server, store))
         live = Live(f"http://127.0.0.1:{server.port}", config, app.state.webhooks, clock)
-        live.state.apply_events = live.applied.extend
+        if record:
+            live.state.apply_events = live.applied.extend
         return live
 
     yield run
@@ -430,19 +435,75 @@ def test_failure_to_apply_asks_the_provider_to_retry(live: Live) -> None:
     assert [e.kind for e in live.applied] == [EventKind.COMPLAINT]
 
 
-def test_default_applier_logs_events_it_cannot_apply(
+# --- end to end: webhook -> the bounce decider -> the database ------------------------------------
+
+
+def e2e_request(
+    name: str, live: Live, sns_signer: SnsSigner, aws: AwsStandIn, sendgrid_signer: SendgridSigner
+) -> tuple[str, Request]:
+    now = live.clock()
+    if name == "ses":
+        message = sns_signer.sign(
+            sns_notification(fixture("ses-complaint.json"), now, f"{aws.base}cert.pem")
+        )
+        return "/webhooks/ses", (json.dumps(message).encode(), {})
+    if name == "mailgun":
+        return "/webhooks/mailgun", (mailgun_body("mailgun-complained.json", now), {})
+    if name == "postmark":
+        return "/webhooks/postmark", postmark_request()
+    return "/webhooks/sendgrid", sendgrid_request(sendgrid_signer, now)
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+def test_webhook_complaint_suppresses_the_subscriber_in_the_database(
+    name: str,
+    db_url: str,
     start: Callable[..., Live],
+    sns_signer: SnsSigner,
     aws: AwsStandIn,
     sendgrid_signer: SendgridSigner,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    live = start(webhook_settings(aws, sendgrid_signer))
-    from newsletter.web.webhooks import log_events
+    """A complaint through each provider suppresses the reader at once, on SQLite and
+    PostgreSQL; the same request again, to another process, changes nothing more."""
+    store = Store(db_url)
+    store.upgrade()
+    try:
+        annoyed, _ = store.add_subscriber("annoyed@example.com", topics=["rendering"], now=NOW)
+        bystander, _ = store.add_subscriber("reader@example.com", topics=["rendering"], now=NOW)
+        live = start(webhook_settings(aws, sendgrid_signer), db_url=db_url, record=False)
+        path, request = e2e_request(name, live, sns_signer, aws, sendgrid_signer)
+        response = live.post(path, *request)
+        assert response.status_code == 200, response.text
+        assert store.get_subscriber("annoyed@example.com").status is SubscriberStatus.SUPPRESSED  # type: ignore[union-attr]
+        assert store.get_subscriber("reader@example.com").status is SubscriberStatus.ACTIVE  # type: ignore[union-attr]
+        history = store.bounce_history(annoyed.id)
+        assert [(h.kind, h.source) for h in history] == [("complaint", name)]
+        # The same request to a second process (no in-memory memory of it): stored once.
+        again = start(webhook_settings(aws, sendgrid_signer), db_url=db_url, record=False)
+        assert again.post(path, *request).status_code == 200
+        assert len(store.bounce_history(annoyed.id)) == 1
+        assert store.bounce_history(bystander.id) == []
+    finally:
+        store.close()
 
-    live.state.apply_events = log_events
-    body, headers = postmark_request()
-    assert live.post("/webhooks/postmark", body, headers).status_code == 200
-    assert any(
-        "complaint for annoyed@example.com logged, not applied" in r.getMessage()
-        for r in caplog.records
-    )
+
+def test_sendgrid_batch_end_to_end(
+    db_url: str, start: Callable[..., Live], aws: AwsStandIn, sendgrid_signer: SendgridSigner
+) -> None:
+    """One batch: a hard bounce counts 1 towards the score, an unsubscribe unsubscribes, events
+    about addresses that are not subscribers are ignored."""
+    store = Store(db_url)
+    store.upgrade()
+    try:
+        gone, _ = store.add_subscriber("gone@example.net", topics=["rendering"], now=NOW)
+        store.add_subscriber("leaving@example.org", topics=["rendering"], now=NOW)
+        live = start(webhook_settings(aws, sendgrid_signer), db_url=db_url, record=False)
+        response = live.post("/webhooks/sendgrid", *sendgrid_request(sendgrid_signer, live.clock()))
+        assert response.status_code == 200, response.text
+        score = store.bounce_score(gone.id)
+        assert score is not None and score.score == 1.0
+        assert store.get_subscriber("gone@example.net").status is SubscriberStatus.ACTIVE  # type: ignore[union-attr]
+        assert store.get_subscriber("leaving@example.org").status is SubscriberStatus.UNSUBSCRIBED  # type: ignore[union-attr]
+        assert store.get_subscriber("annoyed@example.com") is None
+    finally:
+        store.close()

@@ -1,0 +1,85 @@
+"""One received bounce message, from the inbound server or the IMAP poller: parse, then decide.
+
+Never raises for what the message says: a malformed or unrelated message is logged with a
+one-line reason and dropped. Only the database failing is an error (the inbound server then
+answers 451, so the sending MTA tries again later).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from newsletter.bounces.decide import BounceDecider, Decision
+from newsletter.bounces.parse import Parsed, clean, parse_report
+from newsletter.bounces.settings import BounceSettings
+from newsletter.bounces.verp import Verp, is_bounce_address
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What one message was and did."""
+
+    parsed: Parsed
+    decisions: tuple[Decision, ...]
+
+
+class BounceReceiver:
+    """Takes messages sent to the bounce address (plain or VERP) and applies what they report."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: BounceSettings,
+        verp: Verp,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.settings = settings
+        self.verp = verp
+        self.decider = BounceDecider(store, settings)
+        self.now = now
+
+    @classmethod
+    def from_config(
+        cls, config: Config, store: Store, now: Callable[[], datetime] = utcnow
+    ) -> BounceReceiver | None:
+        """The receiver for this config, or ``None`` when ``bounces.enabled`` is off."""
+        settings = config.settings.bounces
+        if not settings.enabled:
+            return None
+        address = settings.bounce_address(config.settings.sender.from_address)
+        verp = Verp(config.secret_key(), address, signed=settings.verp)
+        return cls(store, settings, verp, now)
+
+    @property
+    def address(self) -> str:
+        """The plain bounce address."""
+        return self.verp.address
+
+    def accepts(self, recipient: str) -> bool:
+        """Whether mail to ``recipient`` is a bounce for us (the address or its VERP form)."""
+        return is_bounce_address(recipient, self.verp.address)
+
+    def receive(self, data: bytes, recipients: Sequence[str], origin: str = "") -> Received:
+        """Parse one message and apply its events. ``origin``: for log lines (peer, mailbox)."""
+        parsed = parse_report(data, recipients=recipients, verp=self.verp, now=self.now())
+        if parsed.forged:
+            log.warning(
+                "bounces: message%s to a VERP address with an invalid token (forged?)",
+                f" from {clean(origin, 120)}" if origin else "",
+            )
+        if parsed.refusal:
+            log.warning(
+                "bounces: message%s not taken: %s",
+                f" from {clean(origin, 120)}" if origin else "",
+                parsed.refusal,
+            )
+        decisions = tuple(self.decider.apply(parsed.events))
+        return Received(parsed, decisions)

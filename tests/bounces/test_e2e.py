@@ -1,0 +1,164 @@
+"""End to end: a digest goes out through the aiosmtpd relay with a VERP envelope sender; a DSN
+to that sender, delivered over SMTP to the running ``newsletter inbound`` process, raises the
+score and suppresses the address in the database (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import smtplib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from newsletter.cli import cli
+from newsletter.models import SubscriberStatus
+from newsletter.sink import free_port
+from newsletter.store import Store
+from tests.bounces.helpers import fixture
+from tests.conftest import SmtpServer, base_config, write_config
+
+READER = "reader@example.net"
+OTHER = "other@example.net"
+
+
+def run(config: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--config", str(config), *args], catch_exceptions=False)
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Path:
+    data = base_config(
+        db_url,
+        smtp_server,
+        subscribers=[
+            {"email": READER, "topics": ["gpu-kernels"]},
+            {"email": OTHER, "topics": ["gpu-kernels"]},
+        ],
+        inbound={"address": "papers-request@papers.example.org", "port": free_port()},
+        bounces={"enabled": True, "threshold": 2.0, "hard_weight": 2.0},
+    )
+    path = write_config(tmp_path, data)
+    assert run(path, "db", "upgrade").exit_code == 0
+    return path
+
+
+@pytest.fixture
+def inbound(config_path: Path) -> Iterator[int]:
+    """``newsletter inbound`` as the operator runs it, in its own process; yields its port."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "newsletter",
+            "--config",
+            str(config_path),
+            "inbound",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    out = proc.stdout.read().decode() if proc.stdout else ""
+                    raise AssertionError(out) from None
+                time.sleep(0.05)
+        else:
+            raise AssertionError("newsletter inbound did not start listening")
+        yield port
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)  # reads and closes its output
+
+
+def deliver(port: int, rcpt: str, data: bytes) -> None:
+    with smtplib.SMTP("127.0.0.1", port) as conn:
+        conn.sendmail("", [rcpt], data)  # bounces come with an empty MAIL FROM
+
+
+def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
+    config_path: Path, smtp_server: SmtpServer, inbound: int, db_url: str
+) -> None:
+    assert run(config_path, "fetch").exit_code == 0
+    sent = run(config_path, "send", "--now")
+    assert sent.exit_code == 0, sent.output
+    by_rcpt = {m.rcpt_tos[0]: m for m in smtp_server.received}
+    digest = by_rcpt[READER]
+    local, _, domain = digest.mail_from.partition("@")
+    assert local.startswith("bounces+") and domain == "papers.example.org"
+    assert digest.mail_from != by_rcpt[OTHER].mail_from  # one signed sender per subscriber
+    assert digest.message["From"] == "Trending Papers <digest@papers.example.org>"
+    message_id = str(digest.message["Message-ID"])
+
+    # A forged bounce about the other reader, to the plain bounce address: nothing happens.
+    deliver(inbound, "bounces@papers.example.org", fixture("postfix-hard.eml", address=OTHER))
+    # A malformed DSN is refused with a log line; the server goes on.
+    deliver(inbound, digest.mail_from, fixture("malformed-dsn.eml"))
+    # The real bounce, to the envelope sender the relay really saw.
+    bounce = fixture("postfix-hard.eml", address=READER, message_id=message_id)
+    deliver(inbound, digest.mail_from, bounce)
+    deliver(inbound, digest.mail_from, bounce)  # delivered twice: counted once
+
+    store = Store(db_url)
+    try:
+        reader = store.get_subscriber(READER)
+        other = store.get_subscriber(OTHER)
+        assert reader is not None and other is not None
+        assert reader.status is SubscriberStatus.SUPPRESSED
+        assert other.status is SubscriberStatus.ACTIVE
+        score = store.bounce_score(reader.id)
+        assert score is not None and score.score == 2.0
+        assert "5.1.1" in (score.suppressed_reason or "")
+        [event] = store.bounce_history(reader.id)
+        assert event.verified and event.kind == "hard" and event.status == "5.1.1"
+        assert event.edition is not None
+        ledger = store.edition_for(reader.id, event.edition)
+        assert ledger is not None and ledger.message_id == message_id
+        assert store.bounce_score(other.id) is None
+        [forged] = store.bounce_history(other.id)
+        assert not forged.verified and not forged.counted
+    finally:
+        store.close()
+
+    shown = run(config_path, "subscribers", "show", READER)
+    assert shown.exit_code == 0, shown.output
+    assert "bounce score: 2" in shown.output and "hard 5.1.1" in shown.output
+
+
+def test_a_complaint_through_inbound_suppresses_at_once(
+    config_path: Path, smtp_server: SmtpServer, inbound: int, db_url: str
+) -> None:
+    assert run(config_path, "fetch").exit_code == 0
+    assert run(config_path, "send", "--now").exit_code == 0
+    [digest] = [m for m in smtp_server.received if m.rcpt_tos == [OTHER]]
+    arf = fixture("arf-abuse.eml", address=OTHER).replace(
+        b"Original-Mail-From: <bounces@papers.example.org>",
+        f"Original-Mail-From: <{digest.mail_from}>".encode(),
+    )
+    deliver(inbound, "bounces@papers.example.org", arf)
+    store = Store(db_url)
+    try:
+        other = store.get_subscriber(OTHER)
+        assert other is not None and other.status is SubscriberStatus.SUPPRESSED
+        score = store.bounce_score(other.id)
+        assert score is not None and (score.suppressed_reason or "").startswith("complaint")
+        reader = store.get_subscriber(READER)
+        assert reader is not None and reader.status is SubscriberStatus.ACTIVE
+    finally:
+        store.close()
+    status = run(config_path, "status", "--json")
+    assert status.exit_code == 0, status.output
