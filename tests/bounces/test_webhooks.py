@@ -256,10 +256,16 @@ def test_mailgun_signature_checks() -> None:
     wrong_key = mailgun_body(name, NOW, key="key-not-the-one-mailgun-uses-000000")
     stale = mailgun_body(name, NOW - timedelta(minutes=16))
     unsigned = json.dumps({"event-data": fixture(name)["event-data"]}).encode()
-    for body, status in [(wrong_key, 403), (stale, 403), (unsigned, 401), (b"{not json", 400)]:
+    cases = [
+        (wrong_key, 403, "bad Mailgun signature"),
+        (stale, 403, "the Mailgun timestamp is too old (replayed?)"),
+        (unsigned, 401, "the request carries no Mailgun signature"),
+        (b"{not json", 400, "the body is not JSON"),
+    ]
+    for body, status, reason in cases:
         with pytest.raises(hooks.Refused) as e:
             hooks.mailgun(request(body), MAILGUN, NOW, nonces)
-        assert e.value.status == status
+        assert (e.value.status, e.value.reason) == (status, reason)
 
 
 def test_mailgun_token_is_single_use() -> None:
@@ -383,22 +389,24 @@ def test_sendgrid_signature_checks(sendgrid_signer: SendgridSigner) -> None:
     body = json.dumps(fixture("sendgrid-events.json")).encode()
     good = sendgrid_signer.headers(body, NOW)
     tampered = body.replace(b"gone@example.net", b"other@example.net")
+    bad = "bad SendGrid signature"
     cases = [
-        (tampered, good, 403),
-        (body, SendgridSigner().headers(body, NOW), 403),
-        (body, sendgrid_signer.headers(body, NOW - timedelta(minutes=11)), 403),
-        (body, {}, 401),
-        (body, {**good, "X-Twilio-Email-Event-Webhook-Signature": "%%%"}, 403),
+        (tampered, good, 403, bad),
+        (body, SendgridSigner().headers(body, NOW), 403, bad),
+        (body, sendgrid_signer.headers(body, NOW - timedelta(minutes=11)), 403, "too old"),
+        (body, {}, 401, "no SendGrid signature"),
+        (body, {**good, "X-Twilio-Email-Event-Webhook-Signature": "%%%"}, 403, bad),
         (
             body,
             {**good, "X-Twilio-Email-Event-Webhook-Timestamp": str(int(NOW.timestamp()) + 1)},
             403,
+            bad,
         ),
     ]
-    for raw, headers, status in cases:
+    for raw, headers, status, reason in cases:
         with pytest.raises(hooks.Refused) as e:
             hooks.sendgrid(request(raw, **headers), settings, NOW)
-        assert e.value.status == status, headers
+        assert e.value.status == status and reason in e.value.reason, headers
 
 
 # --- settings -----------------------------------------------------------------------------------

@@ -277,15 +277,19 @@ def test_valid_request_is_applied_once_and_its_replay_answered_200(
     assert f"webhook {name}: {p.events} events applied" in caplog.text
 
 
-@pytest.mark.parametrize("name", PROVIDERS)
-@pytest.mark.parametrize(
-    ("variant", "status", "reason"),
-    [
+REFUSALS = [
+    (name, variant, status, reason)
+    for name in PROVIDERS
+    for variant, status, reason in [
         ("bad_signature", 403, None),
         ("missing_signature", 401, None),
         ("stale", 403, "too old"),
-    ],
-)
+    ]
+    if not (name == "postmark" and variant == "stale")  # Basic auth has no timestamp
+]
+
+
+@pytest.mark.parametrize(("name", "variant", "status", "reason"), REFUSALS)
 def test_unauthenticated_requests_are_refused_and_logged(
     name: str,
     variant: str,
@@ -299,8 +303,7 @@ def test_unauthenticated_requests_are_refused_and_logged(
 ) -> None:
     p = provider(name, live, sns_signer, aws, sendgrid_signer)
     request: Request | None = getattr(p, variant)
-    if request is None:
-        pytest.skip(f"{name} authenticates without a timestamp")
+    assert request is not None
     response = live.post(p.path, *request)
     assert response.status_code == status, response.text
     assert response.json() == {"detail": {401: "authentication required", 403: "forbidden"}[status]}
