@@ -266,7 +266,11 @@ class CertificateSource(Protocol):
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (
+        UnicodeDecodeError,
+        ValueError,
+        RecursionError,
+    ) as e:  # nesting deeper than Python's stack
         raise Refused(400, "the body is not JSON") from e
 
 
