@@ -511,3 +511,27 @@ def test_sendgrid_batch_end_to_end(
         assert store.get_subscriber("annoyed@example.com") is None
     finally:
         store.close()
+
+
+def test_postmark_lifting_a_suppression_does_not_reactivate_anyone(
+    db_url: str, start: Callable[..., Live], aws: AwsStandIn, sendgrid_signer: SendgridSigner
+) -> None:
+    """Consent: after a complaint, Postmark's "reactivated" change leaves the reader suppressed
+    (only a fresh confirmation from the address brings it back)."""
+    store = Store(db_url)
+    store.upgrade()
+    try:
+        store.add_subscriber("annoyed@example.com", topics=["rendering"], now=NOW)
+        live = start(webhook_settings(aws, sendgrid_signer), db_url=db_url, record=False)
+        assert live.post("/webhooks/postmark", *postmark_request()).status_code == 200
+        reactivated = {
+            **fixture("postmark-subscription-reactivated.json"),
+            "Recipient": "annoyed@example.com",
+        }
+        body = json.dumps(reactivated).encode()
+        response = live.post("/webhooks/postmark", body, basic(POSTMARK_USER, POSTMARK_PASSWORD))
+        assert response.status_code == 200
+        assert response.json() == {"applied": 0, "duplicates": 0, "ignored": 1}
+        assert store.get_subscriber("annoyed@example.com").status is SubscriberStatus.SUPPRESSED  # type: ignore[union-attr]
+    finally:
+        store.close()
