@@ -1778,7 +1778,8 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
 @click.option("--port", default=None, type=int, help="Port (default: inbound.port).")
 @click.pass_obj
 def inbound(obj: Context, host: str | None, port: int | None) -> None:
-    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address."""
+    """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address,
+    and process bounces and complaints sent to the bounce address (bounces.enabled)."""
     import time
 
     from newsletter.inbound import InboundServer
@@ -1803,6 +1804,29 @@ def inbound(obj: Context, host: str | None, port: int | None) -> None:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 pass
+
+
+@cli.group()
+def bounces() -> None:
+    """Bounces and complaints (see docs/deliverability.md)."""
+
+
+@bounces.command("poll")
+@click.pass_obj
+def bounces_poll(obj: Context) -> None:
+    """Read new bounce and complaint reports from the IMAP mailbox (bounces.imap) once."""
+    from newsletter.bounces.poll import poll
+
+    with errors():
+        report = poll(obj.config, obj.store())
+    events = ", ".join(f"{n} {k}" for k, n in sorted(report.outcomes.items()))
+    console.print(
+        f"Read {counted(report.messages, 'new message')}"
+        + (f": {events}" if events else "")
+        + (f"; {report.refused} not taken (see the log)" if report.refused else "")
+        + ".",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------------------- demo and sink
@@ -1880,7 +1904,7 @@ def main() -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
-    from datetime import UTC
+    from datetime import UTC, timedelta
 
     from newsletter.scheduler import Jobs, build_scheduler, next_runs
 
@@ -1896,6 +1920,9 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         suppressed = [
             s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
         ]
+        rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
+        bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
+        over = bounce_report.alerts_for(rates, config.settings.bounces)
     tick = config.settings.schedule.tick_minutes
     if as_json:
         click.echo(
@@ -1924,6 +1951,11 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                         for s, n, e in snapshot["failing_sources"]
                     ],
                     "suppressed": [s.email for s in suppressed],
+                    "deliverability": {
+                        "editions": bounce_report.rates_json(rates),
+                        "days": bounce_report.days_json(bounce_days),
+                        "alerts": over,
+                    },
                 },
                 indent=2,
             )
@@ -1981,3 +2013,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             + (" …" if len(suppressed) > 20 else ""),
             highlight=False,
         )
+    for line in bounce_report.rate_lines([r for r in rates if r.hard or r.soft or r.complaints]):
+        console.print("Deliverability: " + shown(line), highlight=False)
+    for line in over:
+        console.print("[yellow]deliverability alert:[/] " + shown(line), highlight=False)

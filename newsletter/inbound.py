@@ -12,6 +12,9 @@ a third party: per sending host (``web.rate_limit.per_ip``; behind a trusted rel
 ``Received:`` header names; IPv6 by /64), per address (``per_address``, ``+tag`` ignored, and at
 most ``email_confirmations_per_address`` confirmations), and ``inbound.max_per_hour`` in all.
 Dropped commands are logged and accepted (``250``), so a forger learns nothing.
+
+With ``bounces.enabled``, mail to the bounce address (plain or its VERP ``bounces+token`` form)
+is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or suppress).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
+from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.bounces.receive import BounceReceiver
@@ -195,8 +199,8 @@ class InboundHandler:
                 origin = f"{envelope.mail_from or '<>'} via {peer}"
                 try:
                     await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
-                except NewsletterError as e:
-                    log.warning("inbound: could not record a bounce: %s", e)
+                except (NewsletterError, SQLAlchemyError) as e:  # the database, not the mail
+                    log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))
                     return "451 4.3.0 cannot record the bounce right now; try again later"
                 if len(bounced) == len(envelope.rcpt_tos):
                     return "250 OK"

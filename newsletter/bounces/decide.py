@@ -7,8 +7,8 @@
   address is suppressed, with the reason recorded.
 * A **complaint** suppresses the address at once; an **unsubscribe** event unsubscribes it.
   Either way only a fresh confirmation from the address itself brings it back.
-* A **replay** (the same provider event id, or the same report twice) is stored once and
-  counts once.
+* A **replay** (the same provider event id, another report about a digest that already
+  bounced) is stored once and counts once (see :func:`event_key`).
 * An event about an address that is not a subscriber is logged and ignored.
 
 Policy for unverified events (the one this module owns; docs/deliverability.md explains it):
@@ -70,16 +70,24 @@ class Decision:
     """True when this event stopped mail to the address (suppressed or unsubscribed it)."""
 
 
-def event_key(event: BounceEvent, subscriber_id: int) -> str:
-    """What makes two reports the same event (a hash, 64 hex digits): the provider's event id
-    when there is one; else the subscriber, kind, edition or returned Message-ID, and the
-    status code, so a DSN delivered twice (or resent by a forger) is one event."""
+def event_key(event: BounceEvent, subscriber_id: int, *, trusted: bool, about: str | None) -> str:
+    """What makes two reports the same event (a hash, 64 hex digits).
+
+    The provider's event id when there is one. Else, for an authenticated report, the digest
+    it is about (``about``: the edition date, else the returned Message-ID): one digest bounces
+    once, however many DSNs about it arrive or whatever status each one gives, so a leaked
+    VERP token can add to the score once at most. An unauthenticated report is keyed by its
+    day: at most one is stored per subscriber, kind and source a day, so a flood of forgeries
+    cannot fill the database.
+    """
+    group = "bounce" if event.kind in (EventKind.HARD, EventKind.SOFT) else event.kind.value
     if event.provider_id:
         basis = f"{event.source}|{event.provider_id}"
-    else:  # an unverified report never takes the key a genuine one would have
-        about = event.edition or event.message_id or event.received_at.date().isoformat()
-        seal = "v" if event.verified else "u"
-        basis = f"{event.source}|{seal}|{subscriber_id}|{event.kind}|{about}|{event.status or ''}"
+    elif trusted and about:
+        basis = f"{event.source}|v|{subscriber_id}|{about}|{group}"
+    else:
+        day = event.received_at.date().isoformat()
+        basis = f"{event.source}|u|{subscriber_id}|{group}|{event.kind}|{day}"
     return hashlib.sha256(basis.encode()).hexdigest()
 
 
@@ -123,7 +131,9 @@ class BounceDecider:
             )
             return Decision(event, Outcome.NOT_SUBSCRIBER)
         trusted, edition = self._authenticated(event, subscriber)
-        row = _row(event, subscriber.id, edition, verified=trusted)
+        about = edition or event.message_id
+        key = event_key(event, subscriber.id, trusted=trusted, about=about)
+        row = _row(event, key, edition, verified=trusted)
         now = event.received_at
         if not trusted:
             stored = self.store.record_bounce_event(
@@ -210,9 +220,7 @@ class BounceDecider:
         return Decision(event, Outcome.ALREADY_STOPPED, subscriber.id)
 
 
-def _row(
-    event: BounceEvent, subscriber_id: int, edition: str | None, *, verified: bool
-) -> dict[str, Any]:
+def _row(event: BounceEvent, key: str, edition: str | None, *, verified: bool) -> dict[str, Any]:
     day: date | None = None
     if edition:
         try:
@@ -227,7 +235,7 @@ def _row(
         "edition": day,
         "message_id": (event.message_id or None) and event.message_id[:255],
         "provider_id": (event.provider_id or None) and event.provider_id[:255],
-        "event_key": event_key(event, subscriber_id),
+        "event_key": key,
         "verified": verified,
         "received_at": event.received_at,
     }

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from newsletter.bounces.decide import BounceDecider, Decision
+from newsletter.alerts import alert
+from newsletter.bounces.decide import BounceDecider, Decision, Outcome
 from newsletter.bounces.parse import Parsed, clean, parse_report
+from newsletter.bounces.report import RATE_DAYS, alerts_for
 from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
 from newsletter.clock import utcnow
@@ -40,11 +42,16 @@ class BounceReceiver:
         settings: BounceSettings,
         verp: Verp,
         now: Callable[[], datetime] = utcnow,
+        alert: Callable[[str, str], object] | None = None,
     ) -> None:
+        self.store = store
         self.settings = settings
         self.verp = verp
         self.decider = BounceDecider(store, settings)
         self.now = now
+        self.alert = alert
+        """Called with (subject, body) when an edition's rates pass an alert threshold."""
+        self._alerted: set[str] = set()
 
     @classmethod
     def from_config(
@@ -56,7 +63,11 @@ class BounceReceiver:
             return None
         address = settings.bounce_address(config.settings.sender.from_address)
         verp = Verp(config.secret_key(), address, signed=settings.verp)
-        return cls(store, settings, verp, now)
+
+        def mail_alert(subject: str, body: str) -> None:
+            alert(config, subject, body, now())
+
+        return cls(store, settings, verp, now, mail_alert)
 
     @property
     def address(self) -> str:
@@ -82,4 +93,23 @@ class BounceReceiver:
                 parsed.refusal,
             )
         decisions = tuple(self.decider.apply(parsed.events))
+        if any(d.outcome in (Outcome.COUNTED, Outcome.STOPPED) for d in decisions):
+            self.check_rates()
         return Received(parsed, decisions)
+
+    def check_rates(self) -> list[str]:
+        """Alert (once per process and line) about recent editions whose complaint or
+        hard-bounce rate passed its threshold; the lines over it."""
+        since = self.now().date() - timedelta(days=RATE_DAYS)
+        over = alerts_for(self.store.edition_rates(since), self.settings)
+        for line in over:
+            if line in self._alerted:
+                continue
+            self._alerted.add(line)
+            if self.alert is not None:
+                self.alert(
+                    "bounce or complaint rate over its threshold",
+                    line + "\n\nSee docs/deliverability.md (thresholds) and "
+                    "'newsletter status' for the rates per edition.",
+                )
+        return over

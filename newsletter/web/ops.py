@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -10,7 +11,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from newsletter.bounces import report as bounce_report
 from newsletter.models import EditionStatus, SubscriberStatus
+from newsletter.store import Store
 from newsletter.web.context import WebContext
 from newsletter.web.limits import validation_problem
 
@@ -86,7 +89,16 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
 def metrics(request: Request) -> PlainTextResponse:
     ctx = _ctx(request)
     snapshot = ctx.store.ops_snapshot(ctx.now().date(), ctx.config.settings.fetched_sources())
-    return PlainTextResponse(prometheus_text(snapshot), media_type="text/plain; version=0.0.4")
+    text = prometheus_text(snapshot) + deliverability_text(ctx.store, ctx.now())
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+def deliverability_text(store: Store, now: datetime) -> str:
+    """Bounce and complaint metrics: today's events by kind, recent editions' rates."""
+    rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
+    today = store.events_per_day(now.replace(hour=0, minute=0, second=0, microsecond=0))
+    lines = bounce_report.prometheus_lines(rates, today.get(now.date(), {}))
+    return "\n".join(lines) + "\n"
 
 
 class SendRequest(BaseModel):

@@ -74,11 +74,17 @@ def test_a_score_counts_once_a_day_soft_counts_half_and_goes_stale(
 ) -> None:
     decider = BounceDecider(store, ON)
     first = decider.apply_one(hard(reader, DAY0))
-    same_day = decider.apply_one(
-        hard(reader, DAY0 + timedelta(hours=3), kind=EventKind.SOFT, status="4.2.2")
-    )
+    yesterdays = (DAY0 - timedelta(days=1)).date().isoformat()
+    same_day = decider.apply_one(  # another digest's bounce, the same day
+        hard(reader, DAY0 + timedelta(hours=3), kind=EventKind.SOFT, status="4.2.2",
+             edition=yesterdays)
+    )  # fmt: skip
     assert first.outcome is Outcome.COUNTED and same_day.outcome is Outcome.SAME_DAY
     assert same_day.score == 1.0
+    # a second report about the first digest, days later, whatever it says: that digest
+    # already bounced (so a leaked VERP token adds once at most)
+    again = hard(reader, DAY0 + timedelta(days=3), status="5.1.2", edition=DAY0.date().isoformat())
+    assert decider.apply_one(again).outcome is Outcome.REPLAY
     soft = decider.apply_one(
         hard(reader, DAY0 + timedelta(days=1), kind=EventKind.SOFT, status="4.2.2")
     )
@@ -227,8 +233,8 @@ def test_confirming_again_starts_the_score_over(store: Store, reader: int) -> No
         now=DAY0 + timedelta(days=4),
         consent={"how": "web"},
     )
-    d = decider.apply_one(hard(reader, DAY0 + timedelta(days=5)))
-    assert d.score == 1.0
+    after = decider.apply_one(hard(reader, DAY0 + timedelta(days=5)))
+    assert after.score == 1.0
 
 
 def test_rates_per_edition(store: Store, reader: int) -> None:
@@ -244,3 +250,16 @@ def test_erasing_a_subscriber_erases_their_bounce_history(store: Store, reader: 
     BounceDecider(store, ON).apply_one(hard(reader, DAY0))
     assert store.remove_subscriber(ADDRESS)
     assert store.bounce_history(reader) == [] and store.bounce_score(reader) is None
+
+
+def test_a_flood_of_forgeries_stores_one_row_a_day(store: Store, reader: int) -> None:
+    decider = BounceDecider(store, ON)
+    outcomes = [
+        decider.apply_one(
+            hard(None, DAY0 + timedelta(minutes=i), message_id=f"<f{i}@x>", status=f"5.1.{i}")
+        ).outcome
+        for i in range(20)
+    ]
+    assert outcomes[0] is Outcome.UNVERIFIED and set(outcomes[1:]) == {Outcome.REPLAY}
+    assert len(store.bounce_history(reader)) == 1
+    assert status(store) is SubscriberStatus.ACTIVE

@@ -4,6 +4,7 @@ score and suppresses the address in the database (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
 import os
 import smtplib
 import socket
@@ -15,11 +16,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
 
 from newsletter.cli import cli
+from newsletter.config import load_config
 from newsletter.models import SubscriberStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
+from newsletter.web import create_app
 from tests.bounces.helpers import fixture
 from tests.conftest import SmtpServer, base_config, write_config
 
@@ -42,6 +46,8 @@ def config_path(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Path:
         ],
         inbound={"address": "papers-request@papers.example.org", "port": free_port()},
         bounces={"enabled": True, "threshold": 2.0, "hard_weight": 2.0},
+        alerts={"email": "ops@papers.example.org"},
+        web={"secret_key": "a-test-secret-that-signs-links-0123456789"},
     )
     path = write_config(tmp_path, data)
     assert run(path, "db", "upgrade").exit_code == 0
@@ -137,6 +143,38 @@ def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
     shown = run(config_path, "subscribers", "show", READER)
     assert shown.exit_code == 0, shown.output
     assert "bounce score: 2" in shown.output and "hard 5.1.1" in shown.output
+    assert "stopped:" in shown.output and "reached bounces.threshold 2" in shown.output
+    assert "UNVERIFIED" not in shown.output
+    other_shown = run(config_path, "subscribers", "show", OTHER, "--json")
+    [forged_json] = json.loads(other_shown.output)["bounces"]["events"]
+    assert forged_json["verified"] is False and forged_json["counted"] == 0
+
+    # 1 of 2 digests hard-bounced: over the 2% alert threshold. The inbound process mailed
+    # the operator once (the second delivery of the same DSN counted nothing).
+    [alert] = smtp_server.messages_to("ops@papers.example.org")
+    assert alert["Subject"] == "[newsletter] bounce or complaint rate over its threshold"
+    payload = alert.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    body = " ".join(payload.decode().split())
+    assert "1 hard bounce(s) of 2 sent (50.00%) is over bounces.hard_bounce_rate_alert" in body
+    status = json.loads(run(config_path, "status", "--json").output)["deliverability"]
+    [edition] = status["editions"]
+    assert (edition["sent"], edition["hard"], edition["hard_rate"]) == (2, 1, 0.5)
+    assert len(status["alerts"]) == 1 and "hard bounce" in status["alerts"][0]
+    text = " ".join(run(config_path, "status").output.split())
+    assert "1 hard bounce(s) (50.00%)" in text and "deliverability alert:" in text
+
+    config = load_config(config_path)
+    store = Store(config.database_url)
+    try:
+        with TestClient(create_app(config, store, None)) as client:
+            metrics = client.get("/metrics").text
+    finally:
+        store.close()
+    day = edition["edition"]
+    assert f'newsletter_edition_hard_bounce_rate{{edition="{day}"}} 0.500000' in metrics
+    assert f'newsletter_edition_sent{{edition="{day}"}} 2' in metrics
+    assert 'newsletter_bounce_events_today{kind="hard"} 2' in metrics  # one real, one forged
 
 
 def test_a_complaint_through_inbound_suppresses_at_once(
@@ -162,3 +200,18 @@ def test_a_complaint_through_inbound_suppresses_at_once(
         store.close()
     status = run(config_path, "status", "--json")
     assert status.exit_code == 0, status.output
+
+
+def test_with_bounces_off_the_from_address_stays_the_envelope_sender(
+    tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    data = base_config(
+        f"sqlite:///{tmp_path / 'n.db'}",
+        smtp_server,
+        subscribers=[{"email": READER, "topics": ["gpu-kernels"]}],
+    )
+    path = write_config(tmp_path, data)
+    assert run(path, "db", "upgrade").exit_code == 0
+    assert run(path, "fetch").exit_code == 0
+    assert run(path, "send", "--now").exit_code == 0
+    assert [m.mail_from for m in smtp_server.received] == ["digest@papers.example.org"]
