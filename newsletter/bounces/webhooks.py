@@ -117,7 +117,7 @@ class PostmarkWebhook(_Strict):
                 ipaddress.ip_network(item, strict=False)
             except ValueError as e:
                 raise ValueError(
-                    "each allowed IP must be an address or a network like 3.134.147.250/32"
+                    "each allowed IP must be an address or a network like 203.0.113.0/24"
                 ) from e
         return value
 
