@@ -190,8 +190,8 @@ class Refused(Exception):
     """A request that is not authenticated, too old, reused or malformed.
 
     ``status`` is the HTTP answer (400 malformed, 401 no credentials, 403 wrong or stale ones,
-    503 we could not check, so the provider tries again); ``reason`` is for the log and names no
-    value from the request.
+    503 we could not check, so the provider tries again); ``reason`` is one line for the log
+    only, never for the answer (at most an SNS topic ARN, cleaned of controls, is quoted).
     """
 
     def __init__(self, status: int, reason: str) -> None:
@@ -355,8 +355,10 @@ def ses(
     if not message.get("Signature"):
         raise Refused(401, "the SNS message is not signed")
     # A foreign topic's message is refused before its certificate is fetched.
-    if message.get("TopicArn") not in settings.topic_arns:
-        raise Refused(403, "the SNS topic is not in bounces.webhooks.ses.topic_arns")
+    topic = message.get("TopicArn")
+    if topic not in settings.topic_arns:
+        named = repr(_text(topic, 160)) if isinstance(topic, str) else "no topic"
+        raise Refused(403, f"the SNS topic ({named}) is not in bounces.webhooks.ses.topic_arns")
     try:
         sent = datetime.fromisoformat(str(message["Timestamp"]).replace("Z", "+00:00"))
     except ValueError as e:
@@ -374,7 +376,7 @@ def ses(
         return Accepted(note="the SNS subscription was removed")
     try:
         notification = json.loads(str(message["Message"]))
-    except ValueError:
+    except (ValueError, RecursionError):
         # e.g. "Successfully validated SNS topic for Amazon SES event publishing."
         return Accepted(ignored=1, note="an SNS notification that is not SES JSON")
     if not isinstance(notification, dict):

@@ -105,6 +105,13 @@ def test_ses_not_spam_feedback_and_deliveries_change_nothing(signer: SnsSigner) 
         assert out.events == () and out.ignored == 1
 
 
+def test_sns_message_that_is_not_ses_json_is_ignored(signer: SnsSigner) -> None:
+    for text in ("Successfully validated SNS topic for Amazon SES event publishing.", "[" * 30_000):
+        message = {**sns_notification({}, NOW, CERT_URL), "Message": text}
+        out = ses(signer, message)
+        assert out.events == () and out.ignored == 1
+
+
 def test_ses_event_publishing_format_is_read_too(signer: SnsSigner) -> None:
     message = fixture("ses-bounce-permanent.json")
     message["eventType"] = message.pop("notificationType")
@@ -141,7 +148,10 @@ def test_sns_from_another_topic_is_refused_before_any_certificate_is_fetched(
     source = FixedKey(signer)
     with pytest.raises(hooks.Refused) as e:
         hooks.ses(request(message), SES, NOW, source)
-    assert e.value.status == 403 and "topic" in e.value.reason
+    assert (e.value.status, e.value.reason) == (
+        403,
+        f"the SNS topic ('{other}') is not in bounces.webhooks.ses.topic_arns",
+    )
     assert source.asked == []
 
 
