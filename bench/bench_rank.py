@@ -1,7 +1,8 @@
 """Ranking 100,000 subscribers' keyword sets against 2,000 papers.
 
 Fast path: :mod:`newsletter.rank` (rules compiled to sparse matrices, BM25F weights of the papers,
-scores and top-N in blocks of 1,000 rows). Baseline: a straightforward per-subscriber Python loop
+scores and top-N in blocks of 1,000 rows; keyword-only rows summed in float32 first, their
+candidates again in float64). Baseline: a straightforward per-subscriber Python loop
 computing the same scores (per subscriber, per paper, per keyword), timed on a sample of
 subscribers and extrapolated. Both must give the same top-N on that sample.
 
@@ -16,6 +17,7 @@ import math
 import os
 import random
 import re
+import resource
 import time
 from collections import Counter
 from dataclasses import replace
@@ -419,6 +421,14 @@ votes adds {voted / max(1, n_voters) * 1e3:.2f} ms to their digest, a reader wit
 {plain / max(1, n_subs - n_voters) * 1e6:.0f} µs. The 2 s target is the table above."""
 
 
+SPEED_WORK = """Before and after the speed work of issue 17 (`rank-speed`), against the code of commit 2d81b78
+in interleaved runs of this vectorized path (3 each, load average 6–9 on the 2 shared cores):
+CPU time 8.7–10.3 s before, 5.5–6.9 s after (about −38 %); wall time 20.0–26.4 s before,
+12.5–22.7 s after (noise: the cores were shared). Same picks and bitwise the same scores for all
+100,000 rows. Peak RSS 383–386 MiB before, 320–353 MiB after."""
+"""A record (measured 2026-11-25 16:33 UTC), not re-measured by this benchmark."""
+
+
 def main(quick: bool) -> str:
     n_subs, n_papers, sample = (10_000, 500, 100) if quick else (100_000, 2_000, 300)
     rng = random.Random(20261117)
@@ -434,6 +444,7 @@ def main(quick: bool) -> str:
     votes = make_votes(n_subs, examples, rng)
 
     t0 = time.perf_counter()
+    c0 = time.process_time()
     queries = compile_rules(rules)
     t1 = time.perf_counter()
     docs = Documents.read(papers)
@@ -444,6 +455,8 @@ def main(quick: bool) -> str:
     tp = time.perf_counter()
     result = top_n(queries, index, TOP, block=BLOCK, profiles=profiles)
     t3 = time.perf_counter()
+    cpu = time.process_time() - c0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     fast = t3 - t0
     threads = min(4, os.cpu_count() or 1)
     u0 = time.perf_counter()
@@ -500,8 +513,12 @@ each (one in five "less"): their Rocchio profile over tf-idf adds up to {PROFILE
 paper's relevance ({PROFILE_SCALE:g} × cosine with the profile);
 papers are synthesized from the fixtures' real titles and abstracts. Scores are BM25F relevance ×
 trending × recency; each subscriber gets a top {TOP}. The vectorized path compiles the rows to
-sparse matrices, indexes the papers, then scores and takes the top {TOP} in blocks of {BLOCK:,} rows
-(the largest live block is {BLOCK:,} × {n_papers:,} float64 = {BLOCK * n_papers * 8 / 2**20:.0f} MiB). The loop computes
+sparse matrices, indexes the papers, then scores and takes the top {TOP} in blocks of {BLOCK:,} rows:
+rows of keywords only are summed in float32 first (a {BLOCK:,} × {n_papers:,} block is
+{BLOCK * n_papers * 4 / 2**20:.0f} MiB, evidence points in int8) and only that pass's candidates
+again in float64, bitwise as the float64 scorer would; rows with votes or filters take the float64
+scorer ({BLOCK * n_papers * 8 / 2**20:.0f} MiB at most per block). Peak RSS of the whole process
+when the vectorized path is done (the synthesized papers, rules and votes, and all it built): **{peak:.0f} MiB**. The loop computes
 the same scores per subscriber, per paper, per keyword, over pre-tokenized papers and a cached
 IDF (and for voters their profile, with dicts and a loop per paper); it was timed on {len(sample_rows)} subscribers ({sampled_voters} with votes) and **extrapolated** to {n_subs:,}.
 
@@ -511,6 +528,7 @@ IDF (and for voters their profile, with dicts and a loop per paper); it was time
 | index {n_papers:,} papers (tokenize, acronyms, phrases, evidence, BM25F weights) | {t2 - t1:.2f} s |
 | profile space: tf-idf of {n_papers:,} papers and {len(examples):,} voted papers, their cosines; {len(votes):,} readers' profiles | {tp - t2:.2f} s |
 | score (+ profiles) + top {TOP} in blocks, {threads} threads | {t3 - tp:.2f} s |
+| CPU time of all the above (every thread; on a busy machine the wall time is longer) | {cpu:.2f} s |
 | the same on 1 thread (identical result: {same_serial}) | {one_thread - (tp - t0):.2f} s |
 
 | measure | vectorized (scipy.sparse) | per-subscriber loop | ratio | target | result |
@@ -525,6 +543,8 @@ in blocks spread over one thread per core (the sparse products and sorts release
 ratio compares the one-thread run with the one-thread loop. The top {TOP} is exact: each row's
 candidates are the scores above a lower bound of its {TOP}th best (from maxima of column ranges),
 sorted in float64.
+{SPEED_WORK}
+
 Largest relative score difference on the sample: {worst:.1e}. {matched:,} digest slots filled of
 {n_subs * TOP:,}. The machine has 2 cores shared with other jobs while this ran, so absolute times
 are noisy (both paths are measured in the same run).

@@ -42,6 +42,7 @@ from newsletter.config import load_config
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.store import tables as t
+from newsletter.text import phrase_terms
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("NEWSLETTER_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -94,7 +95,15 @@ def topics(rng: random.Random) -> list[dict[str, Any]]:
     vocab = make_vocabulary()
     out = []
     for i in range(TOPICS):
-        groups = rng.sample(vocab[:400], rng.randint(2, 4))
+        groups = []
+        seen: set[tuple[str, ...]] = set()
+        wanted = rng.randint(2, 4)
+        while len(groups) < wanted:  # no two entries matching the same words
+            group = rng.choice(vocab[:400])
+            terms = {term for word in group for term in phrase_terms(word)}
+            if terms.isdisjoint(seen):
+                groups.append(group)
+                seen |= terms
         out.append(
             {
                 "name": f"t{i:02d}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from email.headerregistry import Address
 
@@ -9,6 +10,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from newsletter.errors import SubscriberError
 
+_BREAKS = re.compile("[\r\n\0]")
 _ENCODED_WORD = re.compile(r"=\?.*\?=", re.DOTALL)
 """An RFC 2047 encoded-word, which a header decoder would turn into other characters."""
 
@@ -20,7 +22,7 @@ def normalize_address(value: str) -> str:
     the address is invalid, tries to smuggle header lines, or holds an encoded-word (its header
     would show a different address than the envelope).
     """
-    if any(c in value for c in "\r\n\0"):
+    if _BREAKS.search(value):
         raise InvalidAddress(f"{value!r}: an address cannot contain line breaks")
     if _ENCODED_WORD.search(value):
         raise InvalidAddress(
@@ -28,11 +30,34 @@ def normalize_address(value: str) -> str:
             "programs would show another address than the one mail goes to; give the address "
             "as it is written (an international one like reader@bücher.example is fine)"
         )
+    stripped = value.strip()
+    local, at, domain = stripped.rpartition("@")
+    if at and _PLAIN_LOCAL.fullmatch(local):  # the common case: only the domain needs work
+        try:
+            normalized = f"{local}@{_domain(domain)}"
+        except EmailNotValidError:
+            pass  # the full check below gives the reason
+        else:
+            if len(normalized) <= 254:
+                return normalized
     try:
-        result = validate_email(value.strip(), check_deliverability=False)
+        result = validate_email(stripped, check_deliverability=False)
     except EmailNotValidError as e:
         raise InvalidAddress(f"{value!r} is not a valid email address: {e}") from e
     return str(result.normalized)
+
+
+_PLAIN_LOCAL = re.compile(
+    r"(?=.{1,64}\Z)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*",
+    re.ASCII,
+)
+"""An ASCII dot-atom local part: email-validator keeps such a part exactly as it is."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _domain(domain: str) -> str:
+    """A domain as email-validator normalizes it (checked once per domain: a list holds few)."""
+    return str(validate_email(f"a@{domain}", check_deliverability=False).domain)
 
 
 class InvalidAddress(SubscriberError, ValueError):
@@ -50,7 +75,7 @@ def normalize_name(value: str) -> str:
     injection attempt or a pasting accident) and for names over :data:`MAX_NAME` characters.
     Any other Unicode is fine: it is RFC 2047-encoded in headers.
     """
-    if any(not c.isprintable() and c not in " \t" for c in value):
+    if not value.replace("\t", " ").isprintable():
         raise InvalidAddress(
             f"name {value!r}: a display name cannot contain line breaks or control characters"
         )

@@ -9,7 +9,6 @@ redesign (issue 18), which splits this file along with ``edition``/``deliver``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -1311,23 +1310,6 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
         console.print(f"Wrote {out}.")
 
 
-@functools.cache
-def _zones() -> set[str]:
-    import zoneinfo
-
-    return zoneinfo.available_timezones()
-
-
-IMPORT_STATUSES = {
-    "": SubscriberStatus.ACTIVE,
-    "active": SubscriberStatus.ACTIVE,
-    "paused": SubscriberStatus.PAUSED,
-    "unsubscribed": SubscriberStatus.UNSUBSCRIBED,
-    "suppressed": SubscriberStatus.SUPPRESSED,
-    "complained": SubscriberStatus.SUPPRESSED,  # marked the mail as spam: never mail again
-}
-
-
 @subscribers.command("import")
 @click.argument("csv_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -1356,100 +1338,22 @@ def subscribers_import(
     active by an import: it stays so until it confirms by email. Refused rows are reported as
     file:line and why, and make the exit status 1.
     """
-    import csv
-
-    from newsletter.subscribe import LIVE, InvalidRequest, Subscriptions, parse_address
+    from newsletter.importer import ImportFileError, import_csv
 
     with errors():
-        config = obj.config
-        store = obj.store()
-        service = Subscriptions(config, store)
-        now = utcnow()
-        added = kept = present = 0
-        problems: list[str] = []
-        notes: list[str] = []
-        with csv_file.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or "email" not in reader.fieldnames:
-                fail(f"{csv_file}: the first row must be a header with an 'email' column")
-            end = reader.line_num
-            for row in reader:
-                line, end = end + 1, reader.line_num  # a quoted field may span lines: its first
-                where = f"{csv_file}:{line}"
-                raw_status = (row.get("status") or "").strip().lower()
-                status = IMPORT_STATUSES.get(raw_status)
-                if status is None:
-                    why = (
-                        "never confirmed; they subscribe by confirming by email"
-                        if raw_status == "pending"
-                        else "unknown status (active, paused, unsubscribed, suppressed, complained)"
-                    )
-                    problems.append(f"{where}: status {raw_status!r}: {why}")
-                    continue
-                try:
-                    address = parse_address(row.get("email") or "")
-                    name = normalize_name(row.get("name") or "")
-                    raw = (row.get("topics") or "").replace(";", " ").split()
-                    wanted = raw or list(default_topics)
-                    tz = (row.get("timezone") or "").strip() or None
-                    hour = (row.get("send_hour") or "").strip()
-                    frequency = (row.get("frequency") or "daily").strip() or "daily"
-                    if status not in LIVE:  # never mailed: kept for the record as it is
-                        known = service.topic_names
-                        wanted = [t for t in wanted if t in known] or known[:1]
-                        tz = tz if tz in _zones() else None
-                        hour = hour if hour.isdigit() and int(hour) < 24 else ""
-                        frequency = frequency if frequency in ("daily", "weekly") else "daily"
-                    choices = service.choices(
-                        wanted, tz, int(hour) if hour.isdigit() else None, frequency
-                    )
-                except (InvalidRequest, InvalidAddress) as e:
-                    problems.append(f"{where}: {e}")
-                    continue
-                existing = store.get_subscriber(address)
-                if existing is not None and (existing.status in LIVE) == (status in LIVE):
-                    present += 1
-                    continue
-                if existing is not None and status not in LIVE:
-                    notes.append(
-                        f"{where}: {address} is {status.value} in the file but "
-                        f"{existing.status.value} here; left {existing.status.value} "
-                        f"(newsletter subscribers remove {address} to unsubscribe)"
-                    )
-                    present += 1
-                    continue
-                blocked = service.blocked(address)
-                if blocked is not None:
-                    problems.append(f"{where}: {blocked}")
-                    continue
-                if existing is not None:  # pending here: confirmation by email only
-                    problems.append(
-                        f"{where}: {address} is {existing.status.value} here; it becomes a "
-                        "subscriber when it confirms by email"
-                    )
-                    continue
-                if status not in LIVE:
-                    kept += 1
-                added += 1
-                if dry_run:
-                    continue
-                store.confirm_subscriber(
-                    address,
-                    name=name,
-                    topics=choices.topics,
-                    timezone=choices.timezone,
-                    send_hour=choices.send_hour,
-                    frequency=choices.frequency,
-                    now=now,
-                    status=status,
-                    consent={
-                        "how": "import",
-                        "when": now.isoformat(),
-                        "where": f"{csv_file.name}:{line}",
-                        "source": (row.get("consent") or "").strip(),
-                        "status": status.value,
-                    },
-                )
+        try:
+            report = import_csv(
+                obj.config,
+                obj.store(),
+                csv_file,
+                utcnow(),
+                default_topics=default_topics,
+                dry_run=dry_run,
+            )
+        except ImportFileError as e:
+            fail(str(e))
+    added, kept, present = report.added, report.kept, report.present
+    problems, notes = report.problems, report.notes
     for n in notes:
         click.echo(f"note: {n}", err=True)
     for p in problems:

@@ -5,7 +5,8 @@ was one, chains its cause (``raise ... from e``)::
 
     NewsletterError
     ├── ConfigError          a config file is missing, unreadable or invalid (file:line: key: why)
-    ├── SourceError          one source could not be fetched or parsed (source name, URL, why)
+    ├── FetchError           a source could not be fetched (newsletter.sources.fetch)
+    │   └── BlockedAddress   its URL, a redirect or a DNS answer points where sources may not go
     ├── StoreError           the database is unreachable or not migrated
     │   ├── DatabaseUnavailable  the server is down, the database is missing, the login refused
     │   ├── DatabaseReadOnly     the SQLite file (or its folder) cannot be written
@@ -13,8 +14,20 @@ was one, chains its cause (``raise ... from e``)::
     ├── NotInstalled         an optional part (an extra such as ``postgres``) is not installed
     ├── PortInUse            a port newsletter should listen on is taken
     ├── DeliveryError        one message could not be handed to the relay
-    │   └── RelayError       the relay itself is unusable (unreachable, TLS, auth): stop the run
+    ├── RelayError           the relay itself is unusable (unreachable, TLS, auth): stop the run
+    ├── BrokerError          the Celery broker cannot be reached (newsletter.workers)
+    ├── MailboxError         the bounce mailbox cannot be read (newsletter.bounces.poll)
+    ├── TokenError           a link's token is tampered with, expired or for another purpose
+    │   └── LinkUsed         a confirmation link was used already (newsletter.subscribe)
+    ├── ImportFileError      a subscriber CSV cannot be read at all (newsletter.importer)
     └── SubscriberError      an address or subscriber command is invalid
+        ├── InvalidAddress   an address cannot be used (newsletter.addresses)
+        ├── InvalidRequest   a field of a subscription request is invalid (newsletter.subscribe)
+        └── FeedbackError    a vote names an unknown paper or subscriber (newsletter.feedback)
+
+``RelayError`` is not a ``DeliveryError``: one message failing and the relay failing take
+different paths (the first is recorded against its subscriber, the second stops the run), and
+handlers catch them apart. ``tests/test_errors.py`` holds this tree to the code.
 """
 
 from __future__ import annotations
@@ -65,16 +78,6 @@ class ConfigError(NewsletterError):
         else:
             message = f"{len(problems)} problems in {path}:\n  " + "\n  ".join(problems)
         super().__init__(message)
-
-
-class SourceError(NewsletterError):
-    """One source could not be fetched or parsed."""
-
-    def __init__(self, source: str, url: str, reason: str) -> None:
-        self.source = source
-        self.url = url
-        self.reason = reason
-        super().__init__(f"source {source!r} ({url}): {reason}")
 
 
 class StoreError(NewsletterError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
+from typing import Any
 
 
 class AnnounceType(StrEnum):
@@ -112,6 +113,21 @@ class Subscriber:
     """When the person confirmed (double opt-in); ``None`` for operator-added subscribers."""
     status_changed: datetime | None = None
     """When ``status`` last changed (subscribed, paused, unsubscribed, suppressed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewSubscriber:
+    """A subscriber to add in bulk (an import): the choices are already validated."""
+
+    email: str
+    name: str
+    status: SubscriberStatus
+    topics: tuple[str, ...]
+    timezone: str
+    send_hour: int | None
+    frequency: Frequency
+    consent: dict[str, Any]
+    """How they agreed: recorded as the first event of their consent history."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Protocol
 
 import numpy as np
@@ -217,11 +219,8 @@ class ProfileSpace:
 
     def __init__(self, docs: ReadPapers, examples: Sequence[Paper]) -> None:
         run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
-        vocab: dict[str, int] = {}
-        for toks in run:
-            for t in toks:
-                if t not in vocab:
-                    vocab[t] = len(vocab)
+        # Words in order of first use (dict.fromkeys keeps it), numbered.
+        vocab = {t: i for i, t in enumerate(dict.fromkeys(chain.from_iterable(run)))}
         self.vocab = vocab
         n = len(run)
         counts = self._counts(run)
@@ -248,15 +247,18 @@ class ProfileSpace:
 
     def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
         """docs × vocabulary term counts (words outside the vocabulary are left out)."""
-        vocab = self.vocab
-        indptr = [0]
-        cols: list[int] = []
-        for toks in docs:
-            cols.extend(vocab[t] for t in toks if t in vocab)
-            indptr.append(len(cols))
+        get = self.vocab.get
+        found = np.fromiter(
+            (get(t, -1) for toks in docs for t in toks), dtype=np.int64
+        )  # -1: not in the vocabulary
+        doc = np.repeat(np.arange(len(docs)), [len(toks) for toks in docs])
+        known = found >= 0
+        indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(doc[known], minlength=len(docs)), out=indptr[1:])
+        cols = found[known]
         m = sp.csr_matrix(
-            (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), np.asarray(indptr)),
-            shape=(len(docs), len(vocab)),
+            (np.ones(len(cols)), cols, indptr),
+            shape=(len(docs), len(self.vocab)),
         )
         m.sum_duplicates()
         return m
@@ -337,6 +339,27 @@ class ProfileSpace:
         return max(zip(sims.tolist(), found, strict=True))[1]
 
 
+def _quadratic(w: sp.csr_matrix, gram: FloatArray) -> FloatArray:
+    """Per row of ``w``, ``wᵀ·gram·w`` over the row's few nonzeros only (a gather of their
+    pairs, not a product with all of ``gram``); summed in the order ``w @ gram`` would."""
+    lengths = np.diff(w.indptr)
+    most = int(lengths.max()) if len(lengths) else 0
+    slot = np.arange(most)
+    filled = slot[None, :] < lengths[:, None]
+    at = np.where(filled, w.indptr[:-1, None] + slot[None, :], 0)
+    cols = np.where(filled, w.indices[at] if w.nnz else 0, 0)
+    vals = np.where(filled, w.data[at] if w.nnz else 0.0, 0.0)  # padding weighs 0
+    pairs = gram[cols[:, :, None], cols[:, None, :]]
+    inner = np.zeros(vals.shape)
+    for i in range(most):
+        inner += vals[:, i, None] * pairs[:, i, :]
+    terms = vals * inner
+    out = np.zeros(len(vals))
+    for j in range(most):
+        out += terms[:, j]
+    return out
+
+
 @dataclass(frozen=True)
 class ProfileRows:
     """Rocchio profiles for the rows of :func:`top_n`, as weights over a space's examples.
@@ -363,27 +386,32 @@ class ProfileRows:
         r_idx: list[int] = []
         c_idx: list[int] = []
         vals: list[float] = []
+        known = space.keys
         for row, mine in prefs.items():
-            mine = list(mine)[:MAX_VOTES]
-            pos = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value > 0 and v.paper_key in space.keys
-                )
-            )
-            neg = list(
-                dict.fromkeys(
-                    v.paper_key for v in mine if v.value < 0 and v.paper_key in space.keys
-                )
-            )
-            for keys, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
-                for k in keys:
-                    r_idx.append(row)
-                    c_idx.append(space.keys[k])
-                    vals.append(weight / len(keys))
+            pos: dict[int, None] = {}  # example numbers, in order of first vote
+            neg: dict[int, None] = {}
+            for v in list(mine)[:MAX_VOTES]:
+                e = known.get(v.paper_key)
+                if e is not None and v.value:
+                    (pos if v.value > 0 else neg)[e] = None
+            for examples, weight in ((pos, ROCCHIO_BETA), (neg, -ROCCHIO_GAMMA)):
+                if examples:
+                    r_idx.extend([row] * len(examples))
+                    c_idx.extend(examples)
+                    vals.extend([weight / len(examples)] * len(examples))
         weights = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(rows, len(space.keys)))
         weights.sum_duplicates()
         scales = np.broadcast_to(np.asarray(scale, dtype=np.float64), (rows,)).copy()
         return cls(space, weights, scales)
+
+    def prepare(self) -> None:
+        """Compute the space's shared matrices now (once, not in every thread that needs them)."""
+        if self.weights.nnz:
+            space = self.space
+            # Two independent sparse products (they release the GIL): side by side.
+            with ThreadPoolExecutor(2) as pool:
+                for _ in pool.map(getattr, (space, space), ("similarity", "gram")):
+                    pass
 
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
@@ -396,7 +424,6 @@ class ProfileRows:
         wr = w[rows]
         # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
         # a few votes per row against dense matrices, never a profile vector.
-        norm2 = np.asarray(wr.multiply(_dense(wr @ space.gram)).sum(axis=1)).ravel()
-        norm = np.sqrt(np.maximum(norm2, 1e-12))
+        norm = np.sqrt(np.maximum(_quadratic(wr, space.gram), 1e-12))
         dots = _dense(wr @ space.similarity)
         return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]

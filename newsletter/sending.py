@@ -232,10 +232,8 @@ class LedgerWriter:
 
     def _autocommit(self) -> Connection | None:
         """PostgreSQL: a second, autocommit connection for one-statement group commits."""
-        if self.store.dialect != "postgresql":
-            return None
         if self._fast is None:
-            self._fast = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._fast = self.store.ledger_connection()
         return self._fast
 
     def _connection(self) -> Connection:

@@ -12,6 +12,7 @@ Effects are passed in: the store, a mailer factory (``newsletter.deliver.Mailer`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -102,7 +103,9 @@ class Links:
 Clock = Callable[[], datetime]
 
 
+@functools.lru_cache(maxsize=1024)
 def check_timezone(value: str) -> str:
+    """``value`` when it names a time zone; raises :class:`InvalidRequest` otherwise."""
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as e:
@@ -242,8 +245,9 @@ class Subscriptions:
 
     # ------------------------------------------------------------ validation
 
-    @property
+    @functools.cached_property
     def topic_names(self) -> list[str]:
+        """The configured topics' names, in the config's order."""
         return [t.name for t in self.settings.topics]
 
     def choices(

@@ -138,7 +138,7 @@ def _strip(text: str) -> str:
         text = "".join(
             c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c)
         )
-    return _POSSESSIVE.sub("", text)
+    return _POSSESSIVE.sub("", text) if "'" in text or "’" in text else text
 
 
 def fold(text: str) -> str:
@@ -302,15 +302,18 @@ def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str
         spans.append(mine)
     out: list[list[str]] = []
     by_form = {sf: tuple(tokenize(lf)) for sf, lf in found.values()}
+    # A use as defined, or its plural ("LLMs" for LLM) unless that is defined itself.
+    uses = {**{sf + "s": long for sf, long in by_form.items()}, **by_form}
     for text, mine in zip(texts, spans, strict=True):
         for start, end in reversed(mine):
             text = text[:start] + " " + text[end:]
-        if not by_form:
-            out.append(tokenize(text))
+        raws = _TOKEN.findall(_strip(text))
+        if uses.keys().isdisjoint(raws):
+            out.append([_word(raw) for raw in raws])
             continue
         toks: list[str] = []
-        for raw in _TOKEN.findall(_strip(text)):
-            long = by_form.get(raw) or (by_form.get(raw[:-1]) if raw.endswith("s") else None)
+        for raw in raws:
+            long = uses.get(raw)
             if long:
                 toks.extend(long)
             else:

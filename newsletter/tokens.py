@@ -23,6 +23,7 @@ from itsdangerous.encoding import base64_encode, int_to_bytes
 from itsdangerous.serializer import Serializer
 
 from newsletter.clock import utcnow
+from newsletter.errors import NewsletterError
 
 
 class Purpose(StrEnum):
@@ -48,7 +49,7 @@ MAX_AGE: dict[Purpose, timedelta] = {
 CLOCK_SKEW = timedelta(minutes=5)
 
 
-class TokenError(ValueError):
+class TokenError(NewsletterError, ValueError):
     """A token is tampered with, for another purpose, or expired (``expired`` says which)."""
 
     def __init__(self, message: str, *, expired: bool = False) -> None:

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-from newsletter.addresses import MAX_NAME, InvalidAddress, normalize_address, normalize_name
+from newsletter.addresses import (
+    _ENCODED_WORD,
+    MAX_NAME,
+    InvalidAddress,
+    normalize_address,
+    normalize_name,
+)
 from newsletter.cli import cli
 from newsletter.config import load_config
 from newsletter.edition import run_send
@@ -150,3 +158,43 @@ def test_idn_domain_and_long_unicode_name_are_delivered_and_decode_back(
     for line in received.data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
         assert len(line) <= 998
         line.decode("ascii")  # headers are 7-bit: names are RFC 2047 encoded-words
+
+
+_LOCAL_CHARS = "aZ09.!#$%&'*+/=?^_`{|}~-\"@ é"
+_DOMAINS = [
+    "example.org",
+    "Example.ORG",
+    "bücher.example",
+    "xn--bcher-kva.example",
+    "localhost",
+    "a..b.org",
+    "-bad.org",
+    "exa_mple.org",
+    "x" * 250 + ".org",
+    "",
+    "sub.domain.co.uk",
+]
+
+
+@given(
+    local=st.text(alphabet=_LOCAL_CHARS, max_size=70),
+    domain=st.sampled_from(_DOMAINS),
+)
+def test_the_fast_path_agrees_with_email_validator(local: str, domain: str) -> None:
+    """Plain local parts skip email-validator's per-address work (the domain is checked once):
+    the result, or the refusal, is what email-validator itself gives."""
+    from email_validator import EmailNotValidError, validate_email
+
+    value = f"{local}@{domain}"
+    assume(not _ENCODED_WORD.search(value))  # refused before either check runs
+    try:
+        expected: str | None = str(
+            validate_email(value.strip(), check_deliverability=False).normalized
+        )
+    except EmailNotValidError:
+        expected = None
+    try:
+        got: str | None = normalize_address(value)
+    except InvalidAddress:
+        got = None
+    assert got == expected

@@ -35,6 +35,7 @@ import httpx
 
 from newsletter import __version__
 from newsletter.config import FetchSettings
+from newsletter.errors import NewsletterError
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -62,7 +63,7 @@ class FetchResult:
         return self.body is None
 
 
-class FetchError(Exception):
+class FetchError(NewsletterError):
     """A fetch failed; the message says why in words an operator can act on."""
 
 

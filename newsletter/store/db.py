@@ -49,6 +49,7 @@ from newsletter.errors import (
 from newsletter.models import (
     EditionStatus,
     Frequency,
+    NewSubscriber,
     Paper,
     PaperData,
     Subscriber,
@@ -279,6 +280,8 @@ class Store(BounceStore):
         self._datetime_bind: Callable[[datetime], Any] | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        elif self.engine.dialect.name == "postgresql":
+            event.listen(self.engine, "connect", _postgres_session)
 
     @property
     def dialect(self) -> str:
@@ -286,6 +289,21 @@ class Store(BounceStore):
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def ledger_connection(self) -> Connection | None:
+        """PostgreSQL: an autocommit connection for the sender's one-statement group commits,
+        planned for key lookups (``None`` on SQLite, whose writer uses its own transactions).
+
+        Every ledger statement finds its rows by primary key. On a fresh database the editions
+        table has no statistics and starts empty, so the planner would read it whole for each
+        statement; as the edition fills it, that grows with the square of its subscribers. This
+        connection tells the planner to prefer the indexes.
+        """
+        if self.dialect != "postgresql":
+            return None
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql("SET enable_seqscan = off")
+        return conn
 
     def error(self, error: BaseException) -> StoreError:
         """A database error as one line naming this database and what to do."""
@@ -566,6 +584,7 @@ class Store(BounceStore):
         """For each subscriber, the ids of every paper already placed in a sent digest."""
         out: dict[int, set[int]] = {sid: set() for sid in subscriber_ids}
         with self.engine.connect() as conn:
+            _by_key(conn)
             for start in range(0, len(subscriber_ids), 500):
                 q = select(t.sent_papers.c.subscriber_id, t.sent_papers.c.paper_id).where(
                     t.sent_papers.c.subscriber_id.in_(subscriber_ids[start : start + 500])
@@ -699,6 +718,133 @@ class Store(BounceStore):
             topics = self._topics_for(conn, [r.id for r in rows])
         return [_subscriber(r, topics.get(r.id, ())) for r in rows]
 
+    def import_lookup(
+        self, emails: Sequence[str]
+    ) -> tuple[
+        dict[str, SubscriberStatus], dict[str, tuple[str, SubscriberStatus, datetime | None]]
+    ]:
+        """For a batch of addresses being imported: the status of each one present (exact
+        address), and for each one that said no in any letter case (keyed by the lower-cased
+        address) that row's address, status and since when. Two statements per batch."""
+        gone = [SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.SUPPRESSED.value]
+        present: dict[str, SubscriberStatus] = {}
+        said_no: dict[str, tuple[str, SubscriberStatus, datetime | None]] = {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.subscribers.c.email, t.subscribers.c.status).where(
+                    t.subscribers.c.email.in_(sorted(set(emails)))
+                )
+            ).all()
+            present = {r.email: SubscriberStatus(r.status) for r in rows}
+            # lower() on both sides, in SQL, as one-by-one adds compare (SQLite's lower() folds
+            # ASCII letters only: an address matches here exactly when it would match there)
+            no = conn.execute(
+                text(_SAID_NO_SQLITE if self.dialect == "sqlite" else _SAID_NO_PG).columns(
+                    t.subscribers.c.email, t.subscribers.c.status, t.subscribers.c.status_changed
+                ),
+                {
+                    "gone1": gone[0],
+                    "gone2": gone[1],
+                    "emails": json.dumps(list(emails))
+                    if self.dialect == "sqlite"
+                    else list(emails),
+                },
+            ).all()
+            for r in no:
+                said_no.setdefault(
+                    r.email.lower(), (r.email, SubscriberStatus(r.status), r.status_changed)
+                )
+        return present, said_no
+
+    def forgotten_among(self, keys: Sequence[str]) -> dict[str, datetime]:
+        """Which of these erased-address hashes the store holds, and when each was erased."""
+        if not keys:
+            return {}
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(t.forgotten.c.hash, t.forgotten.c.at).where(
+                    t.forgotten.c.hash.in_(sorted(set(keys)))
+                )
+            ).all()
+        return {r.hash: r.at for r in rows}
+
+    def add_subscribers(self, rows: Sequence[NewSubscriber], now: datetime) -> int:
+        """Insert subscribers that are not in the store yet, with their topics, in one
+        transaction (a bulk import: no row may exist already). Returns how many were added."""
+        if not rows:
+            return 0
+        values = [
+            {
+                "email": r.email,
+                "name": r.name,
+                "status": r.status.value,
+                "status_changed": now,
+                "timezone": r.timezone,
+                "send_hour": r.send_hour,
+                "frequency": r.frequency.value,
+                "confirmed": now,
+                "created": now,
+                "permanent_failures": 0,
+                "consent": {**r.consent, "history": [r.consent]},
+            }
+            for r in rows
+        ]
+        try:
+            with self.engine.begin() as conn:
+                if self.dialect == "postgresql":
+                    ids = _pg_add_subscribers(conn, values, now)
+                else:  # the sqlite3 cursor itself: SQLAlchemy's per-row binding costs more
+                    stamp = self._sqlite_datetime(now)
+                    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+                    try:
+                        cursor.executemany(
+                            _SQLITE_ADD_SUBSCRIBER_SQL,
+                            [
+                                (
+                                    v["email"],
+                                    v["name"],
+                                    v["status"],
+                                    v["timezone"],
+                                    v["send_hour"],
+                                    v["frequency"],
+                                    json.dumps(v["consent"]),
+                                    stamp,
+                                )
+                                for v in values
+                            ],
+                        )
+                    finally:
+                        cursor.close()
+                    found = {
+                        email: sid
+                        for email, sid in conn.execute(
+                            select(t.subscribers.c.email, t.subscribers.c.id).where(
+                                t.subscribers.c.email.in_([r.email for r in rows])
+                            )
+                        )
+                    }
+                    ids = [found[r.email] for r in rows]
+                topics = [
+                    (sid, tp)
+                    for sid, r in zip(ids, rows, strict=True)
+                    for tp in dict.fromkeys(r.topics)
+                ]
+                if topics and self.dialect == "postgresql":
+                    rows_json = json.dumps([{"s": sid, "t": tp} for sid, tp in topics])
+                    conn.execute(_PG_SUBSCRIPTIONS, {"rows": rows_json})
+                elif topics:
+                    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+                    try:
+                        cursor.executemany(
+                            "INSERT INTO subscriptions (subscriber_id, topic) VALUES (?, ?)",
+                            topics,
+                        )
+                    finally:
+                        cursor.close()
+        except _SAError as e:
+            raise self.error(e) from e
+        return len(ids)
+
     def get_subscriber(self, email: str) -> Subscriber | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(t.subscribers).where(t.subscribers.c.email == email)).first()
@@ -717,6 +863,7 @@ class Store(BounceStore):
 
     def _topics_for(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
         found: dict[int, list[str]] = {}
+        _by_key(conn)
         q = (
             select(t.subscriptions.c.subscriber_id, t.subscriptions.c.topic)
             .where(t.subscriptions.c.subscriber_id.in_(ids))
@@ -1908,6 +2055,48 @@ def _pg_ledger(
     return {row[0] for row in _driver_execute(conn, _PG_LEDGER_AT_ONCE_SQL, params)}
 
 
+_SAID_NO_SQLITE = (
+    "SELECT email, status, status_changed FROM subscribers WHERE status IN (:gone1, :gone2) "
+    "AND lower(email) IN (SELECT lower(value) FROM json_each(:emails)) ORDER BY id"
+)
+_SAID_NO_PG = (
+    "SELECT email, status, status_changed FROM subscribers WHERE status IN (:gone1, :gone2) "
+    "AND lower(email) IN (SELECT lower(x) FROM unnest(CAST(:emails AS text[])) AS x) ORDER BY id"
+)
+_SQLITE_ADD_SUBSCRIBER_SQL = (
+    "INSERT INTO subscribers (email, name, status, timezone, send_hour, frequency, consent, "
+    "created, status_changed, confirmed, permanent_failures) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, 0)"
+)
+_PG_ADD_SUBSCRIBERS = text(
+    # one statement per batch, its rows as one JSON document: psycopg's executemany would run
+    # one INSERT per row, and text arrays cost a quoting pass per element on the client
+    "INSERT INTO subscribers (email, name, status, status_changed, timezone, send_hour, "
+    "frequency, confirmed, created, permanent_failures, consent) "
+    "SELECT v.email, v.name, v.status, :now, v.timezone, v.send_hour, v.frequency, :now, :now, "
+    "0, v.consent FROM json_to_recordset(CAST(:rows AS json)) AS v(email text, name text, "
+    "status text, timezone text, send_hour integer, frequency text, consent json) "
+    "RETURNING id, email"
+)
+_PG_SUBSCRIPTIONS = text(
+    "INSERT INTO subscriptions (subscriber_id, topic) "
+    "SELECT v.s, v.t FROM json_to_recordset(CAST(:rows AS json)) AS v(s integer, t text)"
+)
+
+
+def _pg_add_subscribers(
+    conn: Connection, values: Sequence[dict[str, Any]], now: datetime
+) -> list[int]:
+    """Insert subscriber rows in one statement; their ids in the order given."""
+    keys = ("email", "name", "status", "timezone", "send_hour", "frequency", "consent")
+    rows = json.dumps([{k: v[k] for k in keys} for v in values])
+    found = {
+        email: sid
+        for sid, email in conn.execute(_PG_ADD_SUBSCRIBERS, {"now": _naive(now), "rows": rows})
+    }
+    return [found[v["email"]] for v in values]
+
+
 def _naive(moment: datetime) -> datetime:
     """A datetime as the schema stores it (naive UTC; see ``tables.UTCDateTime``)."""
     return moment.astimezone(UTC).replace(tzinfo=None)
@@ -1984,6 +2173,31 @@ _MARK_FINAL = (
         item_count=func.coalesce(bindparam("b_items", type_=Integer), _e.c.item_count),
     )
 )
+
+
+def _by_key(conn: Connection) -> None:
+    """PostgreSQL: let this transaction's statements find rows through their indexes.
+
+    For lookups by subscriber ids in tables that a send fills or that a bulk import has just
+    filled: without statistics, PostgreSQL estimates that an ``IN`` list of hundreds of ids
+    matches every row, and reads the whole table once per batch of subscribers.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+
+
+def _postgres_session(dbapi_conn: Any, _record: Any) -> None:
+    """Plan each execution of a prepared statement with its own parameters.
+
+    psycopg prepares a statement on the server after five executions, and PostgreSQL then may
+    keep one generic plan for good: made while a table was small (a new edition's ledger), it
+    keeps reading the whole table when the table has grown. A custom plan sees today's size.
+    """
+    autocommit = dbapi_conn.autocommit
+    dbapi_conn.autocommit = True
+    with dbapi_conn.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_custom_plan")
+    dbapi_conn.autocommit = autocommit
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
