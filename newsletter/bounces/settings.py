@@ -11,6 +11,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from newsletter.bounces.webhooks import WebhookSettings
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -69,6 +71,8 @@ class BounceSettings(_Strict):
     hard_bounce_rate_alert: float = Field(default=0.02, ge=0, le=1)
     """Alert when hard bounces exceed this share of an edition (2%)."""
     imap: ImapSettings | None = None
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    """The providers' webhooks (:mod:`newsletter.bounces.webhooks`)."""
 
     @field_validator("address")
     @classmethod

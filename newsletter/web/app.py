@@ -20,7 +20,7 @@ from newsletter.deliver import MailerFactory
 from newsletter.render import Renderer, make_environment
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
-from newsletter.web import api, ops, pages
+from newsletter.web import api, ops, pages, webhooks
 from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
 from newsletter.web.security import security_headers
@@ -73,4 +73,5 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(pages.router)
     app.include_router(api.router)
+    webhooks.install(app, config.settings.bounces, store, now)
     return app
