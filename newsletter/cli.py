@@ -506,8 +506,9 @@ def send(
 
     Progress (sent, failed, in flight, remaining, rate) goes to stderr, a summary table to stdout. Exit
     status 1: an edition failed (see the list, or 'newsletter status'); 2: the relay could not
-    be used and the run stopped. Safe to run again at any time: each subscriber gets one
-    edition per day (docs/delivery.md).
+    be used and the run stopped; 8: stopped by SIGTERM or Ctrl-C (the messages in flight were
+    finished and recorded, the rest given back; a second signal stops at once). Safe to run
+    again at any time: each subscriber gets one edition per day (docs/delivery.md).
     """
     if not now_flag:
         fail(
@@ -525,9 +526,11 @@ def send(
     if report is None:
         return
     if report.relay_error:
-        sys.exit(2)
+        sys.exit(ExitStatus.RELAY_UNUSABLE)
+    if report.stopped:
+        sys.exit(ExitStatus.STOPPED)
     if report.failed:
-        sys.exit(1)
+        sys.exit(ExitStatus.FAILED)
 
 
 def do_send(
@@ -561,8 +564,12 @@ def do_send(
     if config.settings.workers is not None and to is None and not dry_run:
         return send_by_workers(config, store, now, topic=topic, wait=wait, started=obj.started)
     from newsletter.logs import uses_json
+    from newsletter.stopping import StopRequest, stop_on_signals
 
-    with SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress:
+    with (
+        SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress,
+        stop_on_signals(StopRequest(), _stop_notice) as stop,
+    ):
         report = send_step(
             config,
             store,
@@ -573,9 +580,26 @@ def do_send(
             dry_run=dry_run,
             keep_rendered=keep_rendered,
             progress=progress,
+            stop=stop,
         )
     print_send_report(report, started=obj.started)
+    if stop.at_once.is_set():  # senders may still wait for the relay: do not wait for them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ExitStatus.STOPPED)
     return report
+
+
+def _stop_notice(name: str, at_once: bool) -> None:
+    """Tell the operator what a SIGTERM or SIGINT does to a running send."""
+    if at_once:
+        line = f"{name} again: stopping now, without waiting for the relay's answers."
+    else:
+        line = (
+            f"{name}: stopping; finishing the messages in flight and giving the rest back "
+            "(send it again to stop at once)."
+        )
+    err_console.print(line, highlight=False)
 
 
 def send_by_workers(

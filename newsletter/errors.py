@@ -54,6 +54,9 @@ class ExitStatus(IntEnum):
     """An optional part is not installed (e.g. ``pip install 'newsletter[postgres]'``)."""
     PORT_IN_USE = 7
     """A port to listen on (``serve``, ``inbound``, ``sink``) is taken by another program."""
+    STOPPED = 8
+    """``send --now`` was stopped by SIGTERM or SIGINT (Ctrl-C): the messages in flight were
+    finished and recorded, the rest given back; run it again to finish the edition."""
 
 
 class NewsletterError(Exception):

@@ -42,6 +42,7 @@ from newsletter.deliver import Envelope, Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionStatus, Subscriber
 from newsletter.render import RenderedDigest
+from newsletter.stopping import at_once
 from newsletter.store import Store
 from newsletter.store.db import EditionClaim, LedgerOp
 
@@ -306,6 +307,8 @@ class SendPool:
         self._record = record
         self._record_lock = threading.Lock()
         self.stop = stop or threading.Event()
+        self.at_once = at_once(stop)
+        """Set by a second signal: :meth:`close` stops waiting for the messages in flight."""
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.relay_error: str | None = None
@@ -339,9 +342,14 @@ class SendPool:
         return False
 
     def close(self) -> None:
-        """Let the senders finish what is queued (or give it back, if aborted), then join."""
+        """Let the senders finish what is queued (or give it back, if aborted), then join.
+
+        When :attr:`at_once` is set (a second signal), the messages in flight are not waited
+        for: they stay ``sending``, and the next run resumes them at once (their owner process
+        is gone) with the same Message-ID. What is queued is given back either way.
+        """
         for _ in self._threads:
-            while True:
+            while not self.at_once.is_set():
                 try:
                     self._queue.put(None, timeout=0.2)
                     break
@@ -349,7 +357,10 @@ class SendPool:
                     if not any(th.is_alive() for th in self._threads):
                         break
         for th in self._threads:
-            th.join()
+            while th.is_alive() and not self.at_once.is_set():
+                th.join(0.1)
+        if self.at_once.is_set():
+            self.abort.set()
         try:
             self.ledger.close()
         except BaseException as e:
