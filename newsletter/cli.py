@@ -480,6 +480,13 @@ def print_fetch_report(report: Any) -> None:
     show_default=True,
     help="With workers: wait for the queued chunks and show the summary, or return once queued.",
 )
+@click.option(
+    "--settle-unknown",
+    type=click.Choice(["resend", "drop"]),
+    help="Settle the editions whose delivery is unknown ('newsletter status' lists them): "
+    "resend once with the same Message-ID on the next send, or drop (give up, recorded). "
+    "Sends nothing itself.",
+)
 @click.pass_obj
 def send(
     obj: Context,
@@ -490,6 +497,7 @@ def send(
     force: bool,
     do_fetch: bool,
     wait: bool,
+    settle_unknown: str | None,
 ) -> None:
     """Send today's digest to every active subscriber who has not had it yet.
 
@@ -499,6 +507,7 @@ def send(
     newsletter send --now --to ada@example.org  one subscriber
     newsletter send --now --topic moe           followers of one topic, that topic only
     newsletter send --now --to ada@example.org --force   re-send today's edition to one address
+    newsletter send --settle-unknown resend     re-send the editions left unknown, once
 
     With a workers: section in the config, the editions are queued in chunks for the Celery
     workers ('newsletter worker') instead of being sent from this process; --to, --force and
@@ -510,6 +519,25 @@ def send(
     finished and recorded, the rest given back; a second signal stops at once). Safe to run
     again at any time: each subscriber gets one edition per day (docs/delivery.md).
     """
+    if settle_unknown is not None:
+        if now_flag or dry_run or to or topic or force or do_fetch:
+            fail("--settle-unknown settles the unknown editions and sends nothing: use it alone")
+        with errors():
+            settled = obj.store().settle_unknown(
+                "resend" if settle_unknown == "resend" else "drop", utcnow()
+            )
+        if settle_unknown == "resend":
+            console.print(
+                f"{counted(settled, 'unknown edition')} will be re-sent once, with the same "
+                "Message-ID, by the next send ('newsletter send --now' or the scheduler).",
+                highlight=False,
+            )
+        else:
+            console.print(
+                f"{counted(settled, 'unknown edition')} given up (recorded as dropped).",
+                highlight=False,
+            )
+        return
     if not now_flag:
         fail(
             "say --now to send today's editions now (the scheduler sends them on time: 'newsletter serve')"
@@ -799,6 +827,7 @@ def print_send_report(report: Any, started: float | None = None) -> None:
         ("  of which now suppressed", report.suppressed, False),
         ("unknown (line dropped after the final dot)", report.unknown, False),
         ("re-sent after an unknown, same Message-ID", report.resent, False),
+        ("re-send refused, first copy may have arrived", report.resend_refused, False),
         ("unsubscribed before sending", report.unsubscribed, False),
         ("given back unsent (next run sends them)", report.released, False),
         ("resumed from an interrupted run", report.resumed, False),
@@ -1851,6 +1880,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
         bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
         over = bounce_report.alerts_for(rates, config.settings.bounces)
+        unsettled = store.unsettled_editions()
     tick = config.settings.schedule.tick_minutes
     if as_json:
         click.echo(
@@ -1884,6 +1914,16 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                         "days": bounce_report.days_json(bounce_days),
                         "alerts": over,
                     },
+                    "unknown_editions": [
+                        {
+                            "email": e.email,
+                            "edition_date": e.edition_date.isoformat(),
+                            "status": e.status.value,
+                            "message_id": e.message_id,
+                            "last_error": e.last_error,
+                        }
+                        for e in unsettled
+                    ],
                 },
                 indent=2,
             )
@@ -1932,6 +1972,23 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print(
             f"[yellow]source {shown(source)}[/] failed {counted(failures, 'time')} in a row: "
             f"{shown(error)}",
+            highlight=False,
+        )
+    if unsettled:
+        console.print(
+            f"[yellow]Editions whose delivery is unknown ({len(unsettled)})[/]: "
+            + shown(
+                ", ".join(f"{e.email} {e.edition_date} ({e.status.value})" for e in unsettled[:20])
+            )
+            + (" …" if len(unsettled) > 20 else "")
+            + (
+                "; 'unknown' and 'resend' ones are re-sent once by the next send (same "
+                "Message-ID), 'held' ones wait for you"
+                if config.settings.delivery.on_unknown == "resend"
+                else "; 'resend' ones are re-sent once by the next send (same Message-ID), the "
+                "others wait for you (delivery.on_unknown: hold)"
+            )
+            + ": 'newsletter send --settle-unknown resend' (or drop).",
             highlight=False,
         )
     if suppressed:

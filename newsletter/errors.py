@@ -124,7 +124,8 @@ class DeliveryError(NewsletterError):
     ``temporary`` says whether a later retry may succeed, ``stage`` is the SMTP command that
     failed (``MAIL``, ``RCPT``, ``DATA``), ``throttled`` that the relay asked us to slow down
     (454, "too many", "rate limit"), and ``ambiguous`` that the connection was lost after the
-    final dot with no reply (RFC 1047): the relay may have accepted the message.
+    final dot with no reply (RFC 1047): the relay may have accepted the message. ``timed_out``:
+    the relay did not answer within ``smtp.timeout`` (a stalled relay, counted by the sender).
     """
 
     def __init__(
@@ -137,6 +138,7 @@ class DeliveryError(NewsletterError):
         stage: str = "",
         throttled: bool = False,
         ambiguous: bool = False,
+        timed_out: bool = False,
     ) -> None:
         self.address = address
         self.reason = reason
@@ -145,6 +147,7 @@ class DeliveryError(NewsletterError):
         self.stage = stage
         self.throttled = throttled
         self.ambiguous = ambiguous
+        self.timed_out = timed_out
         super().__init__(f"{address}: {reason}")
 
 

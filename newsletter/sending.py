@@ -158,7 +158,8 @@ class Job:
 
 Outcome = str
 """``sent``, ``failed``, ``suppressed`` (failed, and the address is now suppressed), ``unknown``,
-``resent`` (an ``unknown`` re-sent), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
+``resent`` (an ``unknown`` re-sent), ``resend_refused`` (a re-send of a message that may have
+arrived was refused: counted as delivered), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
 longer active at send time), ``lost`` (another run took the claim), ``released``."""
 
 RecordFn = Callable[[Outcome, Job, str | None], None]
@@ -312,6 +313,7 @@ class SendPool:
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.relay_error: str | None = None
+        self._timeouts = 0
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
@@ -439,11 +441,32 @@ class SendPool:
             log.exception("could not give back the edition for %s", job.subscriber.email)
         self._note("released", job, error)
 
+    def _stalled(self, e: DeliveryError | None) -> None:
+        """Count consecutive timeouts (any answer from the relay resets the count); after
+        ``smtp.max_timeouts`` of them the relay is unusable and the run stops."""
+        smtp = self.settings.smtp
+        with self._record_lock:
+            if e is None or not e.timed_out:
+                self._timeouts = 0
+                return
+            self._timeouts += 1
+            if self._timeouts < smtp.max_timeouts or self.relay_error is not None:
+                return
+            self.relay_error = (
+                f"the relay at {smtp.host}:{smtp.port} did not answer within smtp.timeout "
+                f"({smtp.timeout:g} s) {self._timeouts} times in a row: it is stalled or "
+                "overloaded; check the relay (or raise smtp.timeout or smtp.max_timeouts)"
+            )
+        self.abort.set()
+
     def _deliver(self, mailer: Mailer, job: Job) -> None:
         d = self.delivery
         claim, sub = job.claim, job.subscriber
         attempt = throttles = 0
-        resent = False
+        # an edition left unknown (or settled for a re-send) gets its one re-send now
+        resent = claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND)
+        if resent:
+            self._note("resent", job, None)
         while True:
             if not self.limiter.acquire(self._aborted):
                 self._release(job)
@@ -461,13 +484,28 @@ class SendPool:
             try:
                 mailer.send(job.envelope)
             except DeliveryError as e:
+                self._stalled(e)
                 if e.ambiguous:
-                    self.ledger.call(
-                        LedgerOp(
-                            "mark", claim.id, sub.id, status=EditionStatus.UNKNOWN, error=e.reason
+                    # Unknown: the relay may have the message. Re-sent once, same Message-ID:
+                    # now if the line merely dropped, by the next run if the relay stalled
+                    # (another try would only wait as long); after that one re-send it is
+                    # held for the operator ('send --settle-unknown').
+                    status = EditionStatus.HELD if resent else EditionStatus.UNKNOWN
+                    reason = e.reason
+                    if resent:
+                        reason += (
+                            "; still unknown after its one re-send: settle it with "
+                            "'newsletter send --settle-unknown resend' (or drop)"
                         )
+                    self.ledger.call(
+                        LedgerOp("mark", claim.id, sub.id, status=status, error=reason)
                     )
-                    if d.on_unknown == "resend" and not resent:
+                    if (
+                        d.on_unknown == "resend"
+                        and not resent
+                        and not e.timed_out
+                        and not self._aborted()
+                    ):
                         resent = True
                         self._note("resent", job, e.reason)
                         continue
@@ -488,6 +526,31 @@ class SendPool:
                     continue
                 tries = f" (after {attempt} tries)" if attempt > 1 else ""
                 error = f"{e.stage or 'SMTP'}: {e.reason}{tries}"
+                if claim.may_have_arrived and not e.temporary:
+                    # The first attempt's answer was lost (a crash, a dropped line): the relay
+                    # may have taken it, and a refused re-send says nothing about that one.
+                    error = (
+                        f"re-send refused ({error}); an earlier attempt with the same "
+                        "Message-ID may have been delivered: counted as delivered"
+                    )
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark",
+                            claim.id,
+                            sub.id,
+                            status=EditionStatus.RESEND_REFUSED,
+                            error=error,
+                            paper_ids=job.paper_ids,
+                        )
+                    )
+                    if e.stage == "RCPT":
+                        self.ledger.call(
+                            LedgerOp(
+                                "permanent_failure", subscriber_id=sub.id, limit=d.suppress_after
+                            )
+                        )
+                    self._note("resend_refused", job, f"{sub.email}: {error}")
+                    return
                 self.ledger.call(
                     LedgerOp("mark", claim.id, sub.id, status=EditionStatus.FAILED, error=error)
                 )
@@ -500,6 +563,7 @@ class SendPool:
                 )
                 self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
                 return
+            self._stalled(None)
             self.ledger.post(
                 LedgerOp(
                     "mark",
