@@ -208,12 +208,18 @@ class LedgerWriter:
             raise pending.error
         return pending.result
 
-    def post(self, op: LedgerOp) -> None:
+    def post(self, op: LedgerOp) -> _Pending:
         """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
-        :meth:`call` (its next ``begin``) returns only after this one is committed too: a
-        connection never has more than one accepted-but-unrecorded message."""
+        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
         self._raise_failed()
-        self._queue.put(_Pending(op, posted=True))
+        pending = _Pending(op, posted=True)
+        self._queue.put(pending)
+        return pending
+
+    def wait(self, pending: _Pending) -> None:
+        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
+        pending.done.wait()
 
     def close(self) -> None:
         self._queue.put(None)
@@ -314,6 +320,7 @@ class SendPool:
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.relay_error: str | None = None
         self._timeouts = 0
+        self._local = threading.local()
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
@@ -406,6 +413,11 @@ class SendPool:
                             continue
                 self._handle(mailer, job)
         finally:
+            # The last 250 on this connection is recorded before the connection says anything
+            # more (QUIT): a kill now cannot re-send a message whose 250 came back.
+            unrecorded: _Pending | None = getattr(self._local, "unrecorded", None)
+            if unrecorded is not None:
+                self.ledger.wait(unrecorded)
             if mailer is not None:
                 mailer.close()
 
@@ -564,7 +576,11 @@ class SendPool:
                 self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
                 return
             self._stalled(None)
-            self.ledger.post(
+            # Not waited for here: the next transaction on this connection starts with a
+            # ``begin`` call, applied after this mark (in order, often in the same commit), and
+            # the connection's QUIT waits for it (see _run). A 250 that came back is always
+            # recorded before the connection sends anything else.
+            self._local.unrecorded = self.ledger.post(
                 LedgerOp(
                     "mark",
                     claim.id,
