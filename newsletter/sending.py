@@ -17,7 +17,18 @@ of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
 
 A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
 the whole pool: messages not yet handed over are given back to the ledger, nothing is marked
-sent, and the run reports the one error.
+sent, and the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts``
+replies in a row that did not come within ``smtp.timeout``. An ``unknown`` edition whose reply
+timed out is left for the next run's one re-send instead of waiting again now.
+
+Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
+are recorded, the queued ones are given back; :attr:`StopRequest.at_once
+<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
+
+Why one module of this length: the pool, its ledger writer and the rate limiter share one
+ordering guarantee (each ``250`` recorded before its connection sends anything else, the
+claim's ``sending`` mark before the relay sees the message); kept together, it can be read and
+checked in one place.
 """
 
 from __future__ import annotations
@@ -523,6 +534,14 @@ class SendPool:
                         continue
                     self._note("unknown", job, str(e))
                     return
+                if e.temporary:
+                    # The relay refused it for now, so it does not have it: back to ``claimed``
+                    # (a kill during the wait must not make it look like it may have arrived).
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark", claim.id, sub.id, status=EditionStatus.CLAIMED, error=e.reason
+                        )
+                    )
                 if e.throttled and throttles < d.throttle_retries:
                     throttles += 1
                     self.limiter.slow_down(backoff(throttles, d.retry_delay, d.retry_max_delay))

@@ -50,7 +50,14 @@ _COUNTS = (
     "no_listing",
 )
 _SETTLED = frozenset(
-    {EditionStatus.SENT, EditionStatus.SKIPPED, EditionStatus.FAILED, EditionStatus.UNKNOWN}
+    {
+        EditionStatus.SENT,
+        EditionStatus.SKIPPED,
+        EditionStatus.FAILED,
+        EditionStatus.HELD,
+        EditionStatus.DROPPED,
+        EditionStatus.RESEND_REFUSED,
+    }  # unknown, resend: re-sent once
 )
 _IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
 
