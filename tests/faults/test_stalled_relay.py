@@ -125,6 +125,9 @@ def test_held_unknown_editions_wait_until_settled_by_hand(
         assert all(n == 1 for n in relay.count_by_rcpt().values()), "hold: no re-send"
         shown = _unknown_editions(setup)
         assert {e["email"] for e in shown} == unknown, "still shown until settled"
+        human = _cli(setup, "status")
+        assert "delivery is unknown (3)" in human and "--settle-unknown" in human
+        assert all(email in human for email in unknown)
 
         assert "3 unknown editions" in _cli(setup, "send", "--settle-unknown", action)
         assert _unknown_editions(setup) == (
