@@ -484,6 +484,13 @@ def print_fetch_report(report: Any) -> None:
     show_default=True,
     help="With workers: wait for the queued chunks and show the summary, or return once queued.",
 )
+@click.option(
+    "--settle-unknown",
+    type=click.Choice(["resend", "drop"]),
+    help="Settle the editions whose delivery is unknown ('newsletter status' lists them): "
+    "resend once with the same Message-ID on the next send, or drop (give up, recorded). "
+    "Sends nothing itself.",
+)
 @click.pass_obj
 def send(
     obj: Context,
@@ -494,6 +501,7 @@ def send(
     force: bool,
     do_fetch: bool,
     wait: bool,
+    settle_unknown: str | None,
 ) -> None:
     """Send today's digest to every active subscriber who has not had it yet.
 
@@ -503,6 +511,7 @@ def send(
     newsletter send --now --to ada@example.org  one subscriber
     newsletter send --now --topic moe           followers of one topic, that topic only
     newsletter send --now --to ada@example.org --force   re-send today's edition to one address
+    newsletter send --settle-unknown resend     re-send the editions left unknown, once
 
     With a workers: section in the config, the editions are queued in chunks for the Celery
     workers ('newsletter worker') instead of being sent from this process; --to, --force and
@@ -510,9 +519,29 @@ def send(
 
     Progress (sent, failed, in flight, remaining, rate) goes to stderr, a summary table to stdout. Exit
     status 1: an edition failed (see the list, or 'newsletter status'); 2: the relay could not
-    be used and the run stopped. Safe to run again at any time: each subscriber gets one
-    edition per day (docs/delivery.md).
+    be used and the run stopped; 8: stopped by SIGTERM or Ctrl-C (the messages in flight were
+    finished and recorded, the rest given back; a second signal stops at once). Safe to run
+    again at any time: each subscriber gets one edition per day (docs/delivery.md).
     """
+    if settle_unknown is not None:
+        if now_flag or dry_run or to or topic or force or do_fetch:
+            fail("--settle-unknown settles the unknown editions and sends nothing: use it alone")
+        with errors():
+            settled = obj.store().settle_unknown(
+                "resend" if settle_unknown == "resend" else "drop", utcnow()
+            )
+        if settle_unknown == "resend":
+            console.print(
+                f"{counted(settled, 'unknown edition')} will be re-sent once, with the same "
+                "Message-ID, by the next send ('newsletter send --now' or the scheduler).",
+                highlight=False,
+            )
+        else:
+            console.print(
+                f"{counted(settled, 'unknown edition')} given up (recorded as dropped).",
+                highlight=False,
+            )
+        return
     if not now_flag:
         fail(
             "say --now to send today's editions now (the scheduler sends them on time: 'newsletter serve')"
@@ -529,9 +558,11 @@ def send(
     if report is None:
         return
     if report.relay_error:
-        sys.exit(2)
+        sys.exit(ExitStatus.RELAY_UNUSABLE)
+    if report.stopped:
+        sys.exit(ExitStatus.STOPPED)
     if report.failed:
-        sys.exit(1)
+        sys.exit(ExitStatus.FAILED)
 
 
 def do_send(
@@ -565,8 +596,12 @@ def do_send(
     if config.settings.workers is not None and to is None and not dry_run:
         return send_by_workers(config, store, now, topic=topic, wait=wait, started=obj.started)
     from newsletter.logs import uses_json
+    from newsletter.stopping import StopRequest, stop_on_signals
 
-    with SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress:
+    with (
+        SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress,
+        stop_on_signals(StopRequest(), _stop_notice) as stop,
+    ):
         report = send_step(
             config,
             store,
@@ -577,9 +612,26 @@ def do_send(
             dry_run=dry_run,
             keep_rendered=keep_rendered,
             progress=progress,
+            stop=stop,
         )
     print_send_report(report, started=obj.started)
+    if stop.at_once.is_set():  # senders may still wait for the relay: do not wait for them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(ExitStatus.STOPPED)
     return report
+
+
+def _stop_notice(name: str, at_once: bool) -> None:
+    """Tell the operator what a SIGTERM or SIGINT does to a running send."""
+    if at_once:
+        line = f"{name} again: stopping now, without waiting for the relay's answers."
+    else:
+        line = (
+            f"{name}: stopping; finishing the messages in flight and giving the rest back "
+            "(send it again to stop at once)."
+        )
+    err_console.print(line, highlight=False)
 
 
 def send_by_workers(
@@ -779,6 +831,7 @@ def print_send_report(report: Any, started: float | None = None) -> None:
         ("  of which now suppressed", report.suppressed, False),
         ("unknown (line dropped after the final dot)", report.unknown, False),
         ("re-sent after an unknown, same Message-ID", report.resent, False),
+        ("re-send refused, first copy may have arrived", report.resend_refused, False),
         ("unsubscribed before sending", report.unsubscribed, False),
         ("given back unsent (next run sends them)", report.released, False),
         ("resumed from an interrupted run", report.resumed, False),
@@ -1832,6 +1885,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
         bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
         over = bounce_report.alerts_for(rates, config.settings.bounces)
+        unsettled = store.unsettled_editions()
     tick = config.settings.schedule.tick_minutes
     if as_json:
         click.echo(
@@ -1865,6 +1919,16 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
                         "days": bounce_report.days_json(bounce_days),
                         "alerts": over,
                     },
+                    "unknown_editions": [
+                        {
+                            "email": e.email,
+                            "edition_date": e.edition_date.isoformat(),
+                            "status": e.status.value,
+                            "message_id": e.message_id,
+                            "last_error": e.last_error,
+                        }
+                        for e in unsettled
+                    ],
                 },
                 indent=2,
             )
@@ -1913,6 +1977,23 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print(
             f"[yellow]source {shown(source)}[/] failed {counted(failures, 'time')} in a row: "
             f"{shown(error)}",
+            highlight=False,
+        )
+    if unsettled:
+        console.print(
+            f"[yellow]Editions whose delivery is unknown ({len(unsettled)})[/]: "
+            + shown(
+                ", ".join(f"{e.email} {e.edition_date} ({e.status.value})" for e in unsettled[:20])
+            )
+            + (" …" if len(unsettled) > 20 else "")
+            + (
+                "; 'unknown' and 'resend' ones are re-sent once by the next send (same "
+                "Message-ID), 'held' ones wait for you"
+                if config.settings.delivery.on_unknown == "resend"
+                else "; 'resend' ones are re-sent once by the next send (same Message-ID), the "
+                "others wait for you (delivery.on_unknown: hold)"
+            )
+            + ": 'newsletter send --settle-unknown resend' (or drop).",
             highlight=False,
         )
     if suppressed:

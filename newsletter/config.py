@@ -149,6 +149,9 @@ class SmtpSettings(_Strict):
     username: str | None = None
     password_env: str = "NEWSLETTER_SMTP_PASSWORD"  # noqa: S105 - the variable's name, not a secret
     timeout: float = Field(default=30.0, gt=0)
+    max_timeouts: int = Field(default=3, ge=1, le=1000)
+    """Consecutive replies that did not come within ``timeout`` (a relay that stalls) after
+    which the relay counts as unusable: the run stops (exit 2) and alerts the operator."""
     pool_size: int = Field(default=4, ge=1, le=64)
     rate_per_second: float | None = Field(default=None, gt=0)
     rate_per_hour: int | None = Field(default=None, gt=0)

@@ -449,6 +449,8 @@ class SmtpMailer:
     def _lost(self, rcpt: str, conn: _Tracking, e: Exception) -> NoReturn:
         dot, stage, reused = conn.final_dot_sent, conn.stage, self._sent_on_conn > 0
         self._drop()
+        # smtplib turns a read timeout into SMTPServerDisconnected, the timeout as its context
+        timed_out = isinstance(e, TimeoutError) or isinstance(e.__context__, TimeoutError)
         if dot:
             raise DeliveryError(
                 rcpt,
@@ -458,8 +460,9 @@ class SmtpMailer:
                 temporary=True,
                 stage="DATA",
                 ambiguous=True,
+                timed_out=timed_out,
             ) from e
-        if reused and stage == "MAIL":
+        if reused and stage == "MAIL" and not timed_out:
             raise _ClosedWhileIdle from e
         raise DeliveryError(
             rcpt,
@@ -467,6 +470,7 @@ class SmtpMailer:
             code=None,
             temporary=True,
             stage=stage,
+            timed_out=timed_out,
         ) from e
 
     def _fail(

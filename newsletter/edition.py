@@ -92,6 +92,8 @@ class SendReport:
     """Editions left ``unknown``: the line dropped after the final dot (and not re-sent)."""
     resent: int = 0
     """``unknown`` editions re-sent once with the same Message-ID."""
+    resend_refused: int = 0
+    """Re-sends refused for editions whose first attempt may have arrived (counted delivered)."""
     retried: int = 0
     """Retries after temporary failures (4xx, drops)."""
     throttled: int = 0
@@ -132,6 +134,7 @@ class SendReport:
             return 0
         settled = (
             self.sent
+            + self.resend_refused
             + self.failed
             + self.unknown
             + self.unsubscribed
@@ -190,6 +193,7 @@ class SendReport:
             "suppressed": self.suppressed,
             "unknown": self.unknown,
             "resent": self.resent,
+            "resend_refused": self.resend_refused,
             "retried": self.retried,
             "throttled": self.throttled,
             "unsubscribed": self.unsubscribed,
@@ -320,6 +324,9 @@ def _tally(report: SendReport, outcome: Outcome, job: Job, error: str | None, ke
         report.error(error or job.subscriber.email)
     elif outcome == "resent":
         report.resent += 1
+    elif outcome == "resend_refused":
+        report.resend_refused += 1
+        report.error(error or job.subscriber.email)
     elif outcome == "retried":
         report.retried += 1
     elif outcome == "throttled":
@@ -382,6 +389,7 @@ def run_send(
     factory = mailer_factory or (lambda: SmtpMailer(config.settings.smtp))
     skip_quiet = config.settings.schedule.no_listing == "skip"
     lease = timedelta(seconds=config.settings.delivery.claim_lease)
+    resend_unknown = config.settings.delivery.on_unknown == "resend"
     t0 = time.monotonic()
 
     def clock() -> datetime:
@@ -452,6 +460,7 @@ def run_send(
                             owner=owner,
                             lease=lease,
                             owner_gone=owner_gone,
+                            resend_unknown=resend_unknown,
                         )
                         claims = dict(zip([c.id for c in chunk], got, strict=True))
                     maybe = claims.pop(sub.id)

@@ -54,6 +54,9 @@ class ExitStatus(IntEnum):
     """An optional part is not installed (e.g. ``pip install 'newsletter[postgres]'``)."""
     PORT_IN_USE = 7
     """A port to listen on (``serve``, ``inbound``, ``sink``) is taken by another program."""
+    STOPPED = 8
+    """``send --now`` was stopped by SIGTERM or SIGINT (Ctrl-C): the messages in flight were
+    finished and recorded, the rest given back; run it again to finish the edition."""
 
 
 class NewsletterError(Exception):
@@ -121,7 +124,8 @@ class DeliveryError(NewsletterError):
     ``temporary`` says whether a later retry may succeed, ``stage`` is the SMTP command that
     failed (``MAIL``, ``RCPT``, ``DATA``), ``throttled`` that the relay asked us to slow down
     (454, "too many", "rate limit"), and ``ambiguous`` that the connection was lost after the
-    final dot with no reply (RFC 1047): the relay may have accepted the message.
+    final dot with no reply (RFC 1047): the relay may have accepted the message. ``timed_out``:
+    the relay did not answer within ``smtp.timeout`` (a stalled relay, counted by the sender).
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class DeliveryError(NewsletterError):
         stage: str = "",
         throttled: bool = False,
         ambiguous: bool = False,
+        timed_out: bool = False,
     ) -> None:
         self.address = address
         self.reason = reason
@@ -142,6 +147,7 @@ class DeliveryError(NewsletterError):
         self.stage = stage
         self.throttled = throttled
         self.ambiguous = ambiguous
+        self.timed_out = timed_out
         super().__init__(f"{address}: {reason}")
 
 

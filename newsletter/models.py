@@ -189,8 +189,16 @@ class EditionStatus(StrEnum):
 
     ``claimed`` rows hold a Message-ID and are resumed with it after a crash; ``sending`` means the
     message was being handed to the relay; ``unknown`` means the relay dropped the line after the
-    final dot, so it may or may not have been accepted; ``deferred`` means the relay answered
-    with a temporary failure: a later run retries it with the same Message-ID.
+    final dot, so it may or may not have been accepted (with ``delivery.on_unknown: resend`` the
+    next run re-sends it once, same Message-ID); ``deferred`` means the relay answered with a
+    temporary failure: a later run retries it with the same Message-ID.
+
+    Settling unknown editions: ``held`` is still unknown after its one re-send (or when the
+    relay was unusable), waiting for ``newsletter send --settle-unknown``; ``resend`` was settled
+    by hand for one more re-send by the next run; ``dropped`` was given up by hand. An edition
+    whose first attempt may have reached the reader (its answer was lost to a crash or a dropped
+    line) and whose re-send was then refused is ``resend_refused``: counted as delivered, with
+    the refusal kept in ``last_error``.
     """
 
     CLAIMED = "claimed"
@@ -200,3 +208,7 @@ class EditionStatus(StrEnum):
     FAILED = "failed"
     UNKNOWN = "unknown"
     SKIPPED = "skipped"
+    HELD = "held"
+    RESEND = "resend"
+    DROPPED = "dropped"
+    RESEND_REFUSED = "resend_refused"

@@ -17,7 +17,18 @@ of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
 
 A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
 the whole pool: messages not yet handed over are given back to the ledger, nothing is marked
-sent, and the run reports the one error.
+sent, and the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts``
+replies in a row that did not come within ``smtp.timeout``. An ``unknown`` edition whose reply
+timed out is left for the next run's one re-send instead of waiting again now.
+
+Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
+are recorded, the queued ones are given back; :attr:`StopRequest.at_once
+<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
+
+Why one module of this length: the pool, its ledger writer and the rate limiter share one
+ordering guarantee (each ``250`` recorded before its connection sends anything else, the
+claim's ``sending`` mark before the relay sees the message); kept together, it can be read and
+checked in one place.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from newsletter.deliver import Envelope, Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionStatus, Subscriber
 from newsletter.render import RenderedDigest
+from newsletter.stopping import at_once
 from newsletter.store import Store
 from newsletter.store.db import EditionClaim, LedgerOp
 from newsletter.store.retry import database_away
@@ -158,7 +170,8 @@ class Job:
 
 Outcome = str
 """``sent``, ``failed``, ``suppressed`` (failed, and the address is now suppressed), ``unknown``,
-``resent`` (an ``unknown`` re-sent), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
+``resent`` (an ``unknown`` re-sent), ``resend_refused`` (a re-send of a message that may have
+arrived was refused: counted as delivered), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
 longer active at send time), ``lost`` (another run took the claim), ``released``."""
 
 RecordFn = Callable[[Outcome, Job, str | None], None]
@@ -207,12 +220,18 @@ class LedgerWriter:
             raise pending.error
         return pending.result
 
-    def post(self, op: LedgerOp) -> None:
+    def post(self, op: LedgerOp) -> _Pending:
         """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
-        :meth:`call` (its next ``begin``) returns only after this one is committed too: a
-        connection never has more than one accepted-but-unrecorded message."""
+        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
         self._raise_failed()
-        self._queue.put(_Pending(op, posted=True))
+        pending = _Pending(op, posted=True)
+        self._queue.put(pending)
+        return pending
+
+    def wait(self, pending: _Pending) -> None:
+        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
+        pending.done.wait()
 
     def close(self) -> None:
         self._queue.put(None)
@@ -307,9 +326,13 @@ class SendPool:
         self._record = record
         self._record_lock = threading.Lock()
         self.stop = stop or threading.Event()
+        self.at_once = at_once(stop)
+        """Set by a second signal: :meth:`close` stops waiting for the messages in flight."""
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.relay_error: str | None = None
+        self._timeouts = 0
+        self._local = threading.local()
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
@@ -340,9 +363,14 @@ class SendPool:
         return False
 
     def close(self) -> None:
-        """Let the senders finish what is queued (or give it back, if aborted), then join."""
+        """Let the senders finish what is queued (or give it back, if aborted), then join.
+
+        When :attr:`at_once` is set (a second signal), the messages in flight are not waited
+        for: they stay ``sending``, and the next run resumes them at once (their owner process
+        is gone) with the same Message-ID. What is queued is given back either way.
+        """
         for _ in self._threads:
-            while True:
+            while not self.at_once.is_set():
                 try:
                     self._queue.put(None, timeout=0.2)
                     break
@@ -350,7 +378,10 @@ class SendPool:
                     if not any(th.is_alive() for th in self._threads):
                         break
         for th in self._threads:
-            th.join()
+            while th.is_alive() and not self.at_once.is_set():
+                th.join(0.1)
+        if self.at_once.is_set():
+            self.abort.set()
         try:
             self.ledger.close()
         except BaseException as e:
@@ -394,6 +425,11 @@ class SendPool:
                             continue
                 self._handle(mailer, job)
         finally:
+            # The last 250 on this connection is recorded before the connection says anything
+            # more (QUIT): a kill now cannot re-send a message whose 250 came back.
+            unrecorded: _Pending | None = getattr(self._local, "unrecorded", None)
+            if unrecorded is not None:
+                self.ledger.wait(unrecorded)
             if mailer is not None:
                 mailer.close()
 
@@ -439,11 +475,32 @@ class SendPool:
             )
         self._note("released", job, error)
 
+    def _stalled(self, e: DeliveryError | None) -> None:
+        """Count consecutive timeouts (any answer from the relay resets the count); after
+        ``smtp.max_timeouts`` of them the relay is unusable and the run stops."""
+        smtp = self.settings.smtp
+        with self._record_lock:
+            if e is None or not e.timed_out:
+                self._timeouts = 0
+                return
+            self._timeouts += 1
+            if self._timeouts < smtp.max_timeouts or self.relay_error is not None:
+                return
+            self.relay_error = (
+                f"the relay at {smtp.host}:{smtp.port} did not answer within smtp.timeout "
+                f"({smtp.timeout:g} s) {self._timeouts} times in a row: it is stalled or "
+                "overloaded; check the relay (or raise smtp.timeout or smtp.max_timeouts)"
+            )
+        self.abort.set()
+
     def _deliver(self, mailer: Mailer, job: Job) -> None:
         d = self.delivery
         claim, sub = job.claim, job.subscriber
         attempt = throttles = 0
-        resent = False
+        # an edition left unknown (or settled for a re-send) gets its one re-send now
+        resent = claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND)
+        if resent:
+            self._note("resent", job, None)
         while True:
             if not self.limiter.acquire(self._aborted):
                 self._release(job)
@@ -461,18 +518,41 @@ class SendPool:
             try:
                 mailer.send(job.envelope)
             except DeliveryError as e:
+                self._stalled(e)
                 if e.ambiguous:
-                    self.ledger.call(
-                        LedgerOp(
-                            "mark", claim.id, sub.id, status=EditionStatus.UNKNOWN, error=e.reason
+                    # Unknown: the relay may have the message. Re-sent once, same Message-ID:
+                    # now if the line merely dropped, by the next run if the relay stalled
+                    # (another try would only wait as long); after that one re-send it is
+                    # held for the operator ('send --settle-unknown').
+                    status = EditionStatus.HELD if resent else EditionStatus.UNKNOWN
+                    reason = e.reason
+                    if resent:
+                        reason += (
+                            "; still unknown after its one re-send: settle it with "
+                            "'newsletter send --settle-unknown resend' (or drop)"
                         )
+                    self.ledger.call(
+                        LedgerOp("mark", claim.id, sub.id, status=status, error=reason)
                     )
-                    if d.on_unknown == "resend" and not resent:
+                    if (
+                        d.on_unknown == "resend"
+                        and not resent
+                        and not e.timed_out
+                        and not self._aborted()
+                    ):
                         resent = True
                         self._note("resent", job, e.reason)
                         continue
                     self._note("unknown", job, str(e))
                     return
+                if e.temporary:
+                    # The relay refused it for now, so it does not have it: back to ``claimed``
+                    # (a kill during the wait must not make it look like it may have arrived).
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark", claim.id, sub.id, status=EditionStatus.CLAIMED, error=e.reason
+                        )
+                    )
                 if e.throttled and throttles < d.throttle_retries:
                     throttles += 1
                     self.limiter.slow_down(backoff(throttles, d.retry_delay, d.retry_max_delay))
@@ -488,6 +568,31 @@ class SendPool:
                     continue
                 tries = f" (after {attempt} tries)" if attempt > 1 else ""
                 error = f"{e.stage or 'SMTP'}: {e.reason}{tries}"
+                if claim.may_have_arrived and not e.temporary:
+                    # The first attempt's answer was lost (a crash, a dropped line): the relay
+                    # may have taken it, and a refused re-send says nothing about that one.
+                    error = (
+                        f"re-send refused ({error}); an earlier attempt with the same "
+                        "Message-ID may have been delivered: counted as delivered"
+                    )
+                    self.ledger.call(
+                        LedgerOp(
+                            "mark",
+                            claim.id,
+                            sub.id,
+                            status=EditionStatus.RESEND_REFUSED,
+                            error=error,
+                            paper_ids=job.paper_ids,
+                        )
+                    )
+                    if e.stage == "RCPT":
+                        self.ledger.call(
+                            LedgerOp(
+                                "permanent_failure", subscriber_id=sub.id, limit=d.suppress_after
+                            )
+                        )
+                    self._note("resend_refused", job, f"{sub.email}: {error}")
+                    return
                 self.ledger.call(
                     LedgerOp("mark", claim.id, sub.id, status=EditionStatus.FAILED, error=error)
                 )
@@ -500,7 +605,12 @@ class SendPool:
                 )
                 self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
                 return
-            self.ledger.post(
+            self._stalled(None)
+            # Not waited for here: the next transaction on this connection starts with a
+            # ``begin`` call, applied after this mark (in order, often in the same commit), and
+            # the connection's QUIT waits for it (see _run). A 250 that came back is always
+            # recorded before the connection sends anything else.
+            self._local.unrecorded = self.ledger.post(
                 LedgerOp(
                     "mark",
                     claim.id,

@@ -41,7 +41,14 @@ log = logging.getLogger(__name__)
 TASK_NAME = "newsletter.send_chunk"
 MAX_RETRIES = 25
 _SETTLED = frozenset(
-    {EditionStatus.SENT, EditionStatus.SKIPPED, EditionStatus.FAILED, EditionStatus.UNKNOWN}
+    {
+        EditionStatus.SENT,
+        EditionStatus.SKIPPED,
+        EditionStatus.FAILED,
+        EditionStatus.HELD,
+        EditionStatus.DROPPED,
+        EditionStatus.RESEND_REFUSED,
+    }  # unknown, resend: re-sent once
 )
 _IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
 

@@ -34,6 +34,8 @@ class Fault:
     """Close the connection (after ``reply``, if any)."""
     keep: bool = False
     """At ``DATA``: store the message before dropping the line (the relay accepted it)."""
+    stall: float = 0.0
+    """Wait this many seconds before answering (or closing): a relay that stalls."""
 
 
 Plan = Callable[[str, str | None], Fault | None]
@@ -63,6 +65,10 @@ class FaultHandler:
     lock: threading.Lock = field(default_factory=threading.Lock)
     pipelining: bool = False
     """Offer PIPELINING (RFC 2920) in the EHLO reply, as Postfix and the big relays do."""
+    delay: float = 0.0
+    """Seconds every DATA waits before the relay stores the message and answers (a slow relay)."""
+    on_quit: Callable[[], None] | None = None
+    """Called (on the relay's loop) when a client sends QUIT, before the relay answers it."""
 
     async def handle_EHLO(
         self, server: SMTP, session: Any, envelope: Any, hostname: str, responses: list[str]
@@ -80,6 +86,8 @@ class FaultHandler:
 
     @staticmethod
     async def apply(server: SMTP, fault: Fault) -> str:
+        if fault.stall:
+            await asyncio.sleep(fault.stall)
         if fault.close:
             if fault.reply:
                 await server.push(fault.reply)
@@ -111,6 +119,8 @@ class FaultHandler:
     async def handle_DATA(self, server: SMTP, session: Any, envelope: Any) -> str:
         while self.hold is not None and not self.hold.is_set():
             await asyncio.sleep(0.01)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         rcpt = envelope.rcpt_tos[0] if envelope.rcpt_tos else None
         f = self.fault("DATA", rcpt)
         data = envelope.original_content or envelope.content
@@ -132,6 +142,11 @@ class _FaultSMTP(SMTP):
         with self.fault_handler.lock:
             self.fault_handler.connections += 1
         super().connection_made(transport)
+
+    async def smtp_QUIT(self, arg: str) -> None:
+        if self.fault_handler.on_quit is not None:
+            self.fault_handler.on_quit()
+        await super().smtp_QUIT(arg)
 
     async def smtp_DATA(self, arg: str) -> None:
         rcpt = self.envelope.rcpt_tos[0] if self.envelope and self.envelope.rcpt_tos else None
@@ -175,9 +190,13 @@ class FaultServer:
 
 @contextmanager
 def fault_server(
-    plan: Plan | None = None, *, refuse_login: bool = False, pipelining: bool = False
+    plan: Plan | None = None,
+    *,
+    refuse_login: bool = False,
+    pipelining: bool = False,
+    delay: float = 0.0,
 ) -> Iterator[FaultServer]:
-    handler = FaultHandler(plan, pipelining=pipelining)
+    handler = FaultHandler(plan, pipelining=pipelining, delay=delay)
     port = free_port()
     kw: dict[str, Any] = {}
     if refuse_login:

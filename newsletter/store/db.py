@@ -209,6 +209,14 @@ class EditionClaim:
     message_id: str
     resumed: bool
     """True when this run took over a claim that an earlier, interrupted run made."""
+    earlier: EditionStatus | None = None
+    """The row's status when this run took it over: ``sending`` (in flight when its run was
+    interrupted), ``unknown`` or ``resend`` (a re-send of a message that may have arrived)."""
+
+    @property
+    def may_have_arrived(self) -> bool:
+        """An earlier attempt with this Message-ID may have reached the reader."""
+        return self.earlier in _MAY_HAVE_ARRIVED
 
 
 @dataclass(frozen=True, slots=True)
@@ -1468,9 +1476,14 @@ class Store(BounceStore):
         owner: str,
         lease: timedelta = timedelta(minutes=10),
         owner_gone: Callable[[str], bool] | None = None,
+        resend_unknown: bool = False,
     ) -> list[EditionClaim | None]:
         """:meth:`claim_edition` for several ``(subscriber_id, edition_date, message_id)`` in one
         transaction (one multi-row INSERT); results in the same order.
+
+        ``resend_unknown`` (``delivery.on_unknown: resend``) also takes over ``unknown`` rows,
+        for their one re-send with the same Message-ID; ``resend`` rows (settled by hand) are
+        always taken over.
 
         Rows are inserted in subscriber order, so two runs claiming overlapping sets at the same
         moment wait for each other instead of deadlocking (PostgreSQL).
@@ -1500,7 +1513,9 @@ class Store(BounceStore):
                 if eid is not None:
                     out[k] = EditionClaim(eid, sid, day, mid, resumed=False)
                 else:
-                    out[k] = self._take_over(conn, sid, day, now, owner, lease, owner_gone)
+                    out[k] = self._take_over(
+                        conn, sid, day, now, owner, lease, owner_gone, resend_unknown
+                    )
         return out
 
     def _claim_rows(
@@ -1540,6 +1555,7 @@ class Store(BounceStore):
         owner: str,
         lease: timedelta,
         owner_gone: Callable[[str], bool] | None,
+        resend_unknown: bool = False,
     ) -> EditionClaim | None:
         """The existing ledger row, if this run may resume it (compare-and-set)."""
         row = conn.execute(
@@ -1550,6 +1566,10 @@ class Store(BounceStore):
         ).one()
         if row.status == EditionStatus.DEFERRED.value:
             pass  # a temporary failure: any later run retries it
+        elif row.status == EditionStatus.RESEND.value or (
+            resend_unknown and row.status == EditionStatus.UNKNOWN.value
+        ):
+            pass  # its one re-send, same Message-ID
         elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
             return None
         elif (
@@ -1570,7 +1590,14 @@ class Store(BounceStore):
         )
         if took.rowcount != 1:
             return None
-        return EditionClaim(row.id, subscriber_id, edition_date, row.message_id, resumed=True)
+        return EditionClaim(
+            row.id,
+            subscriber_id,
+            edition_date,
+            row.message_id,
+            resumed=True,
+            earlier=EditionStatus(row.status),
+        )
 
     def mark_edition(
         self,
@@ -1609,7 +1636,7 @@ class Store(BounceStore):
                     "b_items": len(paper_ids) if paper_ids else None,
                 },
             )
-            if status is EditionStatus.SENT and paper_ids:
+            if status in _DELIVERED and paper_ids:
                 conn.execute(
                     self._sent_papers_insert(),
                     [
@@ -1626,19 +1653,14 @@ class Store(BounceStore):
             ).one()
             subscriber_id, done = row.subscriber_id, row.attempts
         values: dict[str, Any] = {"status": status.value, "last_error": error}
-        if status in (
-            EditionStatus.SENT,
-            EditionStatus.FAILED,
-            EditionStatus.SKIPPED,
-            EditionStatus.UNKNOWN,
-        ):
+        if status in _FINAL:
             values["finished"] = now
         if status is EditionStatus.SENDING:
             values["attempts"] = done + 1 if attempts is None else attempts
         if paper_ids:
             values["item_count"] = len(paper_ids)
         conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
-        if status is EditionStatus.SENT and paper_ids:
+        if status in _DELIVERED and paper_ids:
             # executemany with one cached statement: a multi-row VALUES is compiled every time
             conn.execute(
                 self._insert(t.sent_papers).on_conflict_do_nothing(),  # type: ignore[attr-defined]
@@ -1956,6 +1978,42 @@ class Store(BounceStore):
                 )
             ).first()
             return None if r is None else _edition(r)
+
+    def unsettled_editions(self, limit: int = 1000) -> list[EditionRecord]:
+        """Editions whose delivery is unknown (``unknown``, ``held``, ``resend``), oldest first."""
+        with self.engine.connect() as conn:
+            q = (
+                select(t.editions, t.subscribers.c.email)
+                .join(t.subscribers, t.subscribers.c.id == t.editions.c.subscriber_id)
+                .where(t.editions.c.status.in_(_UNSETTLED))
+                .order_by(t.editions.c.edition_date, t.editions.c.id)
+                .limit(limit)
+            )
+            return [_edition(r) for r in conn.execute(q)]
+
+    def settle_unknown(self, action: Literal["resend", "drop"], now: datetime) -> int:
+        """Settle every ``unknown`` or ``held`` edition by hand; returns how many.
+
+        ``resend``: the next send re-sends each once with its Message-ID (status ``resend``);
+        ``drop``: given up (``dropped``, with when and how in ``last_error``).
+        """
+        pending = [EditionStatus.UNKNOWN.value, EditionStatus.HELD.value]
+        if action == "drop":
+            pending.append(EditionStatus.RESEND.value)
+            values: dict[str, Any] = {
+                "status": EditionStatus.DROPPED.value,
+                "finished": now,
+                "last_error": f"given up by hand ('send --settle-unknown drop', "
+                f"{now:%Y-%m-%d %H:%M} UTC); the last answer: "
+                + func.coalesce(t.editions.c.last_error, "none"),
+            }
+        else:
+            values = {"status": EditionStatus.RESEND.value}
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                update(t.editions).where(t.editions.c.status.in_(pending)).values(**values)
+            )
+            return int(done.rowcount)
 
     # ------------------------------------------------------------------ sources and runs
 
@@ -2292,8 +2350,19 @@ def _is_sent_mark(op: LedgerOp) -> bool:
 
 
 _FINAL = frozenset(
-    {EditionStatus.SENT, EditionStatus.FAILED, EditionStatus.SKIPPED, EditionStatus.UNKNOWN}
+    {
+        EditionStatus.SENT,
+        EditionStatus.FAILED,
+        EditionStatus.SKIPPED,
+        EditionStatus.UNKNOWN,
+        EditionStatus.HELD,
+        EditionStatus.RESEND_REFUSED,
+    }
 )
+_DELIVERED = frozenset({EditionStatus.SENT, EditionStatus.RESEND_REFUSED})
+_MAY_HAVE_ARRIVED = frozenset({EditionStatus.SENDING, EditionStatus.UNKNOWN, EditionStatus.RESEND})
+_UNSETTLED = (EditionStatus.UNKNOWN.value, EditionStatus.HELD.value, EditionStatus.RESEND.value)
+"""Editions whose delivery is unknown until the next run re-sends them or an operator settles."""
 _MARK_FINAL = (
     update(_e)
     .where(_e.c.id == bindparam("b_id"))
