@@ -212,3 +212,8 @@ class EditionStatus(StrEnum):
     RESEND = "resend"
     DROPPED = "dropped"
     RESEND_REFUSED = "resend_refused"
+
+    @property
+    def delivered(self) -> bool:
+        """Counted as delivered: sent, or a refused re-send of a digest that may have arrived."""
+        return self in (EditionStatus.SENT, EditionStatus.RESEND_REFUSED)

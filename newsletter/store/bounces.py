@@ -344,7 +344,7 @@ class BounceStore:
                     select(t.editions.c.edition_date, func.count())
                     .where(
                         t.editions.c.edition_date >= since,
-                        t.editions.c.status == EditionStatus.SENT.value,
+                        t.editions.c.status.in_([s.value for s in EditionStatus if s.delivered]),
                     )
                     .group_by(t.editions.c.edition_date)
                 )

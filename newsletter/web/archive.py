@@ -11,7 +11,7 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from newsletter.config import Settings
-from newsletter.models import Digest, DigestItem, EditionStatus, Paper, TopicSection
+from newsletter.models import Digest, DigestItem, Paper, TopicSection
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, Renderer
 from newsletter.store import Store
@@ -28,7 +28,7 @@ def render_sent_edition(
     """The HTML of a sent digest, re-rendered; ``None`` when there is no such sent edition."""
     sub = store.subscriber_by_id(subscriber_id)
     record = store.edition_for(subscriber_id, edition_date)
-    if sub is None or record is None or record.status is not EditionStatus.SENT:
+    if sub is None or record is None or not record.status.delivered:
         return None
     papers = store.edition_papers(record.id)
     ranker = Ranker(settings.topics, papers, record.finished or record.claimed)

@@ -15,7 +15,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from newsletter.cli import cli
+from newsletter.config import load_config
 from newsletter.models import EditionStatus
+from newsletter.render import Renderer
+from newsletter.web.archive import render_sent_edition
 from tests.faults.sendrun import ledger, populate, start_send
 from tests.smtpfaults import Fault, fault_server
 
@@ -75,6 +78,13 @@ def test_a_refused_resend_of_a_digest_the_relay_took_counts_as_delivered(
             today = json.loads(shown.output)["editions_today"]
             assert "failed" not in today, today
             assert today.get("resend_refused") == 1
+
+            config = load_config(setup.path)  # "View in browser" shows it, as a sent one
+            renderer = Renderer(config.settings, config.templates_dir())
+            html = render_sent_edition(
+                config.settings, store, renderer, first.id, row.edition_date, None
+            )
+            assert html is not None and "<html" in html.lower()
         finally:
             store.close()
     assert relay.count_by_rcpt()[FIRST] == 1
