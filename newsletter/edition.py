@@ -166,6 +166,7 @@ class SendReport:
         "suppressed",
         "unknown",
         "resent",
+        "resend_refused",
         "retried",
         "throttled",
         "unsubscribed",
@@ -174,6 +175,7 @@ class SendReport:
         "not_due",
         "no_listing",
     )
+    """Every count of :meth:`as_dict` (the rest are flags and the duration)."""
     """The counts in :meth:`as_dict` that add up across the parts of a run (worker chunks)."""
 
     def add_counts(self, counts: Mapping[str, object]) -> None:
