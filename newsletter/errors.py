@@ -17,6 +17,8 @@ was one, chains its cause (``raise ... from e``)::
     ├── RelayError           the relay itself is unusable (unreachable, TLS, auth): stop the run
     ├── BrokerError          the Celery broker cannot be reached (newsletter.workers)
     ├── MailboxError         the bounce mailbox cannot be read (newsletter.bounces.poll)
+    ├── Refused              a bounce webhook request is refused (newsletter.bounces.webhooks)
+    ├── SnsError             an Amazon SNS message cannot be authenticated (bounces.sns)
     ├── TokenError           a link's token is tampered with, expired or for another purpose
     │   └── LinkUsed         a confirmation link was used already (newsletter.subscribe)
     ├── ImportFileError      a subscriber CSV cannot be read at all (newsletter.importer)

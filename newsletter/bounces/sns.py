@@ -26,6 +26,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from newsletter.errors import NewsletterError
+
 #: The host every genuine signing certificate and subscription URL is on.
 SNS_HOST = re.compile(r"^sns\.[a-z]{2}(-[a-z]+)+-\d\.amazonaws\.com(\.cn)?$")
 
@@ -57,7 +59,7 @@ _HASHES: Mapping[str, type[hashes.HashAlgorithm]] = {"1": hashes.SHA1, "2": hash
 MAX_CERT_BYTES = 16 * 1024
 
 
-class SnsError(Exception):
+class SnsError(NewsletterError):
     """A message that cannot be authenticated; ``status`` is the HTTP answer it deserves."""
 
     def __init__(self, status: int, reason: str) -> None:

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from newsletter.bounces import sns
 from newsletter.bounces.events import BounceEvent, EventKind, EventSource
+from newsletter.errors import NewsletterError
 from newsletter.text import one_line_text
 
 MAX_DIAGNOSTIC = 300
@@ -186,7 +187,7 @@ class WebhookRequest:
     client: str = "unknown"
 
 
-class Refused(Exception):
+class Refused(NewsletterError):
     """A request that is not authenticated, too old, reused or malformed.
 
     ``status`` is the HTTP answer (400 malformed, 401 no credentials, 403 wrong or stale ones,
