@@ -1,0 +1,188 @@
+"""Consent: confirming a subscription, changing preferences, unsubscribing, the consent record
+and the rate limits that guard the public forms (a mixin of the Store)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    delete,
+    func,
+    select,
+    update,
+)
+
+from newsletter.models import (
+    Frequency,
+    Subscriber,
+    SubscriberStatus,
+)
+from newsletter.store import tables as t
+from newsletter.store.base import StoreBase
+
+
+class ConsentStore(StoreBase):
+    """Confirmation, preferences, unsubscribing, the consent record and rate limits."""
+
+    if TYPE_CHECKING:
+
+        def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None: ...
+
+    def confirm_subscriber(
+        self,
+        email: str,
+        *,
+        topics: Sequence[str],
+        timezone: str,
+        send_hour: int | None,
+        frequency: Frequency,
+        now: datetime,
+        consent: dict[str, Any],
+        name: str = "",
+        status: SubscriberStatus = SubscriberStatus.ACTIVE,
+    ) -> tuple[Subscriber, bool]:
+        """Make ``email`` an active, confirmed subscriber with these choices (insert or update).
+
+        ``status``: an import keeps a row's paused, unsubscribed or suppressed state. The
+        consent record is appended to the subscriber's history (``consent["history"]``), so
+        a re-subscription keeps the earlier ones. The bool says whether the row was created.
+        """
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(t.subscribers.c.id, t.subscribers.c.consent).where(
+                    t.subscribers.c.email == email
+                )
+            ).first()
+            values: dict[str, Any] = {
+                "status": status.value,
+                "status_changed": now,
+                "timezone": timezone,
+                "send_hour": send_hour,
+                "frequency": frequency.value,
+                "confirmed": now,
+                "permanent_failures": 0,
+            }
+            if row is None:
+                record = {**consent, "history": [consent]}
+                sid = conn.execute(
+                    t.subscribers.insert()
+                    .values(email=email, name=name, created=now, consent=record, **values)
+                    .returning(t.subscribers.c.id)
+                ).scalar_one()
+            else:
+                sid = row.id
+                old = dict(row.consent or {})
+                history = list(old.get("history") or ([old] if old else []))
+                record = {**consent, "history": [*history, consent]}
+                conn.execute(
+                    update(t.subscribers)
+                    .where(t.subscribers.c.id == sid)
+                    .values(consent=record, **values)
+                )
+            conn.execute(delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == sid))
+            if topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": sid, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+        sub = self.subscriber_by_id(sid)
+        assert sub is not None
+        return sub, row is None
+
+    def update_preferences(
+        self,
+        subscriber_id: int,
+        *,
+        topics: Sequence[str],
+        send_hour: int | None,
+        frequency: Frequency,
+        paused: bool,
+        now: datetime,
+        timezone: str | None = None,
+        name: str | None = None,
+    ) -> Subscriber | None:
+        """Save a subscriber's choices (manage page, API, ``subscribers set``); pausing keeps
+        everything else. ``timezone`` and ``name`` are left as they are when ``None``.
+
+        Only an active or paused subscriber can be changed; returns ``None`` otherwise.
+        """
+        with self.engine.begin() as conn:
+            status = conn.execute(
+                select(t.subscribers.c.status).where(t.subscribers.c.id == subscriber_id)
+            ).scalar()
+            live = (SubscriberStatus.ACTIVE.value, SubscriberStatus.PAUSED.value)
+            if status not in live:
+                return None
+            values: dict[str, Any] = {"send_hour": send_hour, "frequency": frequency.value}
+            if timezone is not None:
+                values["timezone"] = timezone
+            if name is not None:
+                values["name"] = name
+            wanted = (SubscriberStatus.PAUSED if paused else SubscriberStatus.ACTIVE).value
+            if wanted != status:
+                values.update(status=wanted, status_changed=now)
+            conn.execute(
+                update(t.subscribers).where(t.subscribers.c.id == subscriber_id).values(**values)
+            )
+            conn.execute(
+                delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
+            )
+            if topics:
+                conn.execute(
+                    t.subscriptions.insert(),
+                    [{"subscriber_id": subscriber_id, "topic": tp} for tp in dict.fromkeys(topics)],
+                )
+        return self.subscriber_by_id(subscriber_id)
+
+    def unsubscribe_id(self, subscriber_id: int, now: datetime) -> bool:
+        """Mark a subscriber unsubscribed (idempotent). True when the status changed just now."""
+        with self.engine.begin() as conn:
+            res = conn.execute(
+                update(t.subscribers)
+                .where(
+                    t.subscribers.c.id == subscriber_id,
+                    t.subscribers.c.status != SubscriberStatus.UNSUBSCRIBED.value,
+                )
+                .values(status=SubscriberStatus.UNSUBSCRIBED.value, status_changed=now)
+            )
+            return res.rowcount == 1
+
+    def consent_record(self, subscriber_id: int) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(t.subscribers.c.consent).where(t.subscribers.c.id == subscriber_id)
+            ).scalar()
+        return dict(value) if value else None
+
+    def hit_rate(self, key: str, now: datetime, *, window: timedelta, limit: int) -> bool:
+        """Count one request for ``key`` unless ``limit`` were already made within ``window``.
+
+        True: allowed (and counted). False: over the limit (not counted). Old events of the key
+        are pruned on the way.
+        """
+        since = now - window
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(t.rate_events).where(t.rate_events.c.key == key, t.rate_events.c.at < since)
+            )
+            used = conn.execute(
+                select(func.count())
+                .select_from(t.rate_events)
+                .where(t.rate_events.c.key == key, t.rate_events.c.at >= since)
+            ).scalar_one()
+            if used >= limit:
+                return False
+            conn.execute(t.rate_events.insert().values(key=key, at=now))
+            return True
+
+    def forget_rate(self, key: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.rate_events).where(t.rate_events.c.key == key))
+
+    def prune_rate_events(self, before: datetime) -> int:
+        with self.engine.begin() as conn:
+            return int(
+                conn.execute(delete(t.rate_events).where(t.rate_events.c.at < before)).rowcount
+            )

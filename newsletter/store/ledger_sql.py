@@ -1,0 +1,199 @@
+"""The edition ledger's hot statements, built once: the claim, the begin-send and final-mark
+updates and the driver-level SQL the fast paths run on SQLite (sqlite3) and PostgreSQL
+(psycopg), plus the status sets the ledger checks transitions against."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    Connection,
+    Date,
+    Integer,
+    Text,
+    bindparam,
+    func,
+    select,
+    text,
+    update,
+)
+
+from newsletter.models import (
+    EditionStatus,
+    SubscriberStatus,
+)
+from newsletter.store import tables as t
+from newsletter.store.base import _naive
+from newsletter.store.records import LedgerOp
+
+# The senders' hot statements, built once (their compiled form is cached; building them per
+# message costs more than running them).
+_e, _s = t.editions, t.subscribers
+
+
+_BEGIN_SEND = (
+    update(_e)
+    .where(
+        _e.c.id == bindparam("b_id"),
+        _e.c.owner == bindparam("b_owner"),
+        _e.c.status.in_(
+            [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value, EditionStatus.UNKNOWN.value]
+        ),
+        _e.c.subscriber_id.in_(
+            select(_s.c.id).where(
+                _s.c.id == bindparam("b_sid"), _s.c.status == SubscriberStatus.ACTIVE.value
+            )
+        ),
+    )
+    .values(
+        status=EditionStatus.SENDING.value,
+        attempts=_e.c.attempts + 1,
+        claimed=bindparam("b_now", type_=_e.c.claimed.type),
+    )
+)
+
+
+_PG_BEGIN_STATUSES = {
+    "sending": EditionStatus.SENDING.value,
+    "in_hand": [
+        EditionStatus.CLAIMED.value,
+        EditionStatus.SENDING.value,
+        EditionStatus.UNKNOWN.value,
+    ],
+    "active": SubscriberStatus.ACTIVE.value,
+}
+
+
+_PG_LEDGER_AT_ONCE_SQL = (
+    # a group commit in one statement: sent marks, their papers, then the begins (different
+    # editions: a sender's begin returns before it can post that edition's mark)
+    "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
+    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count) "
+    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[])) AS v(id, n) "
+    "WHERE e.id = v.id), "
+    "papers AS (INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
+    "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
+    "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING) "
+    "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
+    "WHERE id = ANY(CAST(%(bids)s AS integer[])) AND owner = %(owner)s "
+    "AND status = ANY(CAST(%(in_hand)s AS text[])) AND subscriber_id IN "
+    "(SELECT id FROM subscribers WHERE status = %(active)s) RETURNING id"
+)
+
+
+def _pg_ledger(
+    conn: Connection, marks: Sequence[LedgerOp], begins: Sequence[LedgerOp], now: datetime
+) -> set[int]:
+    """Sent marks (with their papers) and begins of one owner in one statement; returns the
+    editions whose begin applied."""
+    rows = [(op.subscriber_id, pid, op.edition_id) for op in marks for pid in op.paper_ids]
+    sids, pids, eids = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
+    params = {
+        "ids": [op.edition_id for op in marks],
+        "counts": [len(op.paper_ids) or None for op in marks],
+        "now": _naive(now),
+        "sent": EditionStatus.SENT.value,
+        "sids": sids,
+        "pids": pids,
+        "eids": eids,
+        "bids": [op.edition_id for op in begins],
+        "owner": begins[0].owner if begins else "",
+        **_PG_BEGIN_STATUSES,
+    }
+    return {row[0] for row in _driver_execute(conn, _PG_LEDGER_AT_ONCE_SQL, params)}
+
+
+def _driver_execute(conn: Connection, sql: str, params: dict[str, Any]) -> list[Any]:
+    """``sql`` on the DBAPI connection under ``conn`` (inside its transaction), prepared once
+    per connection by psycopg; returns the rows, if any."""
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall() if cursor.description else []
+    finally:
+        cursor.close()
+
+
+_SQLITE_BEGIN_SQL = (
+    "UPDATE editions SET status = :sending, attempts = attempts + 1, claimed = :now "
+    "WHERE id = :id AND owner = :owner AND status IN (:claimed, :sending, :unknown) "
+    "AND subscriber_id IN (SELECT id FROM subscribers WHERE id = :sid AND status = :active)"
+)
+
+
+_SQLITE_BEGIN_ARGS = {
+    "sending": EditionStatus.SENDING.value,
+    "claimed": EditionStatus.CLAIMED.value,
+    "unknown": EditionStatus.UNKNOWN.value,
+    "active": SubscriberStatus.ACTIVE.value,
+}
+
+
+_SQLITE_MARK_SENT_SQL = (
+    "UPDATE editions SET status = ?, last_error = NULL, finished = ?, "
+    "item_count = coalesce(?, item_count) WHERE id = ?"
+)
+
+
+_SQLITE_SENT_PAPERS_SQL = (
+    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
+_PG_CLAIM = text(
+    # claims as arrays: one statement whatever their number, rows inserted in the order given
+    "INSERT INTO editions (subscriber_id, edition_date, status, message_id, claimed, owner, "
+    "attempts, item_count, forced) "
+    "SELECT v.s, v.d, :status, v.m, :now, :owner, 0, 0, false "
+    "FROM unnest(CAST(:sids AS integer[]), CAST(:dates AS date[]), CAST(:mids AS text[])) "
+    "WITH ORDINALITY AS v(s, d, m, k) ORDER BY v.k "
+    "ON CONFLICT (subscriber_id, edition_date) DO NOTHING "
+    "RETURNING id, subscriber_id, edition_date"
+).bindparams(
+    bindparam("sids", type_=ARRAY(Integer)),
+    bindparam("dates", type_=ARRAY(Date)),
+    bindparam("mids", type_=ARRAY(Text)),
+    bindparam("now", type_=_e.c.claimed.type),
+    status=EditionStatus.CLAIMED.value,
+)
+
+
+def _is_sent_mark(op: LedgerOp) -> bool:
+    """A ``sent`` mark that :meth:`Store._mark_sent_many` can take with others."""
+    return (
+        op.kind == "mark"
+        and op.status is EditionStatus.SENT
+        and op.subscriber_id > 0
+        and not op.error
+    )
+
+
+_FINAL = frozenset(
+    {
+        EditionStatus.SENT,
+        EditionStatus.FAILED,
+        EditionStatus.SKIPPED,
+        EditionStatus.UNKNOWN,
+        EditionStatus.HELD,
+        EditionStatus.RESEND_REFUSED,
+    }
+)
+
+
+_DELIVERED = frozenset({EditionStatus.SENT, EditionStatus.RESEND_REFUSED})
+
+
+_MARK_FINAL = (
+    update(_e)
+    .where(_e.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status", type_=_e.c.status.type),
+        last_error=bindparam("b_error", type_=_e.c.last_error.type),
+        finished=bindparam("b_finished", type_=_e.c.finished.type),
+        item_count=func.coalesce(bindparam("b_items", type_=Integer), _e.c.item_count),
+    )
+)
