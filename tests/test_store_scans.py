@@ -11,8 +11,6 @@ a few thousand subscribers on a fresh schema and reads the server's own counters
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from newsletter.ingest import run_fetch
 from newsletter.runs import send_step
 from newsletter.store import Store
 from newsletter.store import tables as t
-from tests.conftest import NOW, PG_URL, SmtpServer, base_config, pg_unavailable, write_config
+from tests.conftest import NOW, PG_URL, SmtpServer, base_config, write_config
 
 pytestmark = pytest.mark.postgres
 
@@ -58,20 +56,9 @@ def _scans(schema: str) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture
-def fresh_schema() -> Iterator[tuple[str, str]]:
-    reason = pg_unavailable()
-    if reason:
-        pytest.skip(reason)
-    schema = f"scan_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(PG_URL)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield schema, f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
+def fresh_schema(pg_schema_url: str) -> tuple[str, str]:
+    """A fresh schema's name, and a URL whose connections use it."""
+    return pg_schema_url.rsplit("search_path%3D", 1)[1], pg_schema_url
 
 
 def test_a_first_edition_on_a_fresh_database_reads_no_table_whole_per_statement(
