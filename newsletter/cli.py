@@ -2,8 +2,9 @@
 
 Why one long module: it is the click command tree (each command a few lines of options, a call
 and its report), which reads best in one place. It still holds domain logic (seeding
-subscribers, CSV import/export) that belongs elsewhere; moving it out is part of the send-path
-redesign (issue 18), which splits this file along with ``edition``/``deliver``.
+subscribers, CSV export; the import moved to ``newsletter.importer``) that belongs elsewhere;
+moving it out is part of the send-path redesign (issue 18), which splits this file along with
+``edition``/``deliver``.
 """
 
 from __future__ import annotations

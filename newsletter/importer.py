@@ -21,7 +21,14 @@ from newsletter.config import Config
 from newsletter.errors import NewsletterError
 from newsletter.models import Frequency, NewSubscriber, SubscriberStatus
 from newsletter.store import Store
-from newsletter.subscribe import LIVE, Choices, InvalidRequest, Subscriptions, parse_address
+from newsletter.subscribe import (
+    LIVE,
+    Choices,
+    InvalidRequest,
+    Subscriptions,
+    blocked_message,
+    parse_address,
+)
 
 IMPORT_STATUSES = {
     "": SubscriberStatus.ACTIVE,
@@ -215,7 +222,6 @@ def _apply(
         keys = {r.address: service.forgotten_key(r.address) for r in batch}
         found = store.forgotten_among(list(keys.values()))
         erased = {a: found[k] for a, k in keys.items() if k in found}
-    base = config.settings.sender.base_url
     name = Path(batch[0].where.rsplit(":", 1)[0]).name
     new: list[NewSubscriber] = []
     for r in batch:
@@ -231,7 +237,7 @@ def _apply(
             )
             report.present += 1
             continue
-        blocked = _blocked(r.address, said_no, erased, base)
+        blocked = _blocked(config, r.address, said_no, erased)
         if blocked is not None:
             report.problems.append(f"{r.where}: {blocked}")
             continue
@@ -270,13 +276,12 @@ def _apply(
 
 
 def _blocked(
+    config: Config,
     address: str,
     said_no: dict[str, tuple[str, SubscriberStatus, datetime | None]],
     erased: dict[str, datetime],
-    base_url: str,
 ) -> str | None:
-    """The batch form of :func:`newsletter.subscribe.consent_block`: the same message."""
-    reason = None
+    """The batch form of :func:`newsletter.subscribe.consent_block`: the same reasons."""
     hit = said_no.get(address.lower())
     if hit is not None:
         email, status, changed = hit
@@ -284,9 +289,6 @@ def _blocked(
         reason = f"{email}: {status.value}{since}; stays {status.value}"
     elif address in erased:
         reason = f"{address}: erased (--forget) on {erased[address]:%Y-%m-%d}; not added back"
-    if reason is None:
+    else:
         return None
-    return (
-        f"{reason} until they confirm by email (they subscribe again at {base_url}/subscribe, or "
-        f"mail them a link: newsletter subscribers invite {address} --topic NAME)"
-    )
+    return blocked_message(config, address, reason)

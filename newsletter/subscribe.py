@@ -171,8 +171,12 @@ def consent_block(
         erased = store.forgotten_at(hashed)
         if erased is not None:
             reason = f"{address}: erased (--forget) on {erased:%Y-%m-%d}; not added back"
-    if reason is None:
-        return None
+    return None if reason is None else blocked_message(config, address, reason)
+
+
+def blocked_message(config: Config, address: str, reason: str) -> str:
+    """The refusal for an address that said no: ``reason`` (who, what, since when), and how
+    only the address itself can change it."""
     base = config.settings.sender.base_url
     return (
         f"{reason} until they confirm by email (they subscribe again at {base}/subscribe, or "
