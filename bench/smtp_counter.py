@@ -8,16 +8,69 @@ It speaks just enough SMTP for a client (EHLO/HELO, MAIL, RCPT, DATA, RSET, NOOP
 offers PIPELINING, as Postfix, Amazon SES and Mailgun do) on a bare ``asyncio.Protocol``: on a machine with two cores the sink
 competes with the processes being measured, and aiosmtpd spends several times more CPU per
 message than this does. ``--aiosmtpd`` runs the aiosmtpd sink instead, for comparison.
+
+``--stats FILE``: on SIGTERM also write a JSON summary to FILE (messages, distinct recipients,
+bytes, median size) and, beside it as FILE.eml, the received message (of the first 200) whose size
+is closest to the median: a typical digest of the run, for a raw baseline to send again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import statistics
 import sys
+from pathlib import Path
 from typing import Any
 
 END = b"\r\n.\r\n"
+KEEP = 200
+"""Messages kept whole (the first ones) to pick the typical one from."""
+
+
+class Stats:
+    """What the sink received: counts, sizes, recipients, and the first few messages."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.recipients: set[str] = set()
+        self.kept: list[bytes] = []
+
+    def add(self, rcpts: list[str], size: int, data: bytes | None) -> None:
+        self.sizes.append(size)
+        self.recipients.update(rcpts)
+        if data is not None and len(self.kept) < KEEP:
+            self.kept.append(data)
+
+    @property
+    def wants_data(self) -> bool:
+        return len(self.kept) < KEEP
+
+    def write(self, path: Path) -> None:
+        median = statistics.median(self.sizes) if self.sizes else 0
+        typical = min(self.kept, key=lambda d: abs(len(d) - median), default=b"")
+        path.with_suffix(".eml").write_bytes(typical)
+        path.write_text(
+            json.dumps(
+                {
+                    "messages": len(self.sizes),
+                    "recipients": len(self.recipients),
+                    "bytes": sum(self.sizes),
+                    "median_size": median,
+                    "typical_size": len(typical),
+                }
+            )
+        )
+
+
+STATS = Stats()
+
+
+def _address(line: bytes) -> str:
+    """``RCPT TO:<a@b> SIZE=1`` -> ``a@b``."""
+    arg = line[8:].decode("utf-8", "replace").strip()
+    return arg.split(">", 1)[0].lstrip("<").strip().lower()
 
 
 class Sink(asyncio.Protocol):
@@ -28,6 +81,7 @@ class Sink(asyncio.Protocol):
         self.buffer = bytearray()
         self.in_data = False
         self._scanned = 0
+        self.rcpts: list[str] = []
         transport.write(b"220 counter ESMTP\r\n")
 
     def data_received(self, data: bytes) -> None:
@@ -41,6 +95,11 @@ class Sink(asyncio.Protocol):
                 if at < 0:
                     self._scanned = len(self.buffer)
                     return
+                data = None
+                if STATS.wants_data:  # undo the dot-stuffing: the bytes the client sent
+                    data = bytes(self.buffer[:at]).replace(b"\r\n..", b"\r\n.") + b"\r\n"
+                STATS.add(self.rcpts, at + 2, data)
+                self.rcpts = []
                 del self.buffer[: at + len(END)]
                 self.in_data = False
                 Sink.count += 1
@@ -63,6 +122,12 @@ class Sink(asyncio.Protocol):
             self.in_data = True
             self._scanned = 0
             self.transport.write(b"354 end with <CRLF>.<CRLF>\r\n")
+        elif verb == b"RCPT":
+            self.rcpts.append(_address(line))
+            self.transport.write(b"250 OK\r\n")
+        elif verb == b"RSET" or verb == b"MAIL":
+            self.rcpts = []
+            self.transport.write(b"250 OK\r\n")
         elif verb == b"QUIT":
             self.transport.write(b"221 bye\r\n")
             self.transport.close()
@@ -95,6 +160,9 @@ async def serve_aiosmtpd(port: int) -> int:
 
         async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
             self.count += 1
+            content = envelope.original_content or envelope.content
+            data = bytes(content) if STATS.wants_data else None
+            STATS.add([str(r).lower() for r in envelope.rcpt_tos], len(content), data)
             return "250 OK"
 
     handler = Counter()
@@ -110,6 +178,8 @@ def main() -> None:
     port = int(sys.argv[1])
     run = serve_aiosmtpd if "--aiosmtpd" in sys.argv else serve
     count = asyncio.run(run(port))
+    if "--stats" in sys.argv:
+        STATS.write(Path(sys.argv[sys.argv.index("--stats") + 1]))
     print(count, flush=True)
 
 
