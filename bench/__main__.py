@@ -10,6 +10,7 @@ machine description and every saved section, so running one benchmark keeps the 
     python -m bench render     # digest rendering + MIME per subscriber (bench_render.py)
     python -m bench --quick    # smaller sizes, for a smoke test
     python -m bench scale --subscribers 100000   # options for one benchmark (see its main())
+    python -m bench send --subscribers 30000     # `newsletter send --now` itself, both backends
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def main() -> int:
         "--subscribers",
         type=int,
         default=None,
-        help="subscribers for the benchmarks that take a size (scale: default 100000)",
+        help="subscribers for the benchmarks that take a size (scale: default 100000; send: 10000)",
     )
     args = parser.parse_args()
     names = args.names or available()

@@ -784,7 +784,11 @@ def breakdown(sends: list[Send], profiles: dict[str, Counter[str]]) -> list[str]
     cells = [f"**{by[b].cpu_ms + (by[b].server_ms or 0):.3f}** | " for b in backends]
     lines.append(f"| **end to end (command + server)** | {' | '.join(cells)} |")
     lines.append("")
-    lines.append("Samples: " + ", ".join(f"{_name(b)} {totals[b]:,}" for b in backends) + ".")
+    lines.append(
+        "CPU the stage clock counted in the profiled sends (the clock costs a little): "
+        + ", ".join(f"{_name(b)} {totals[b]:.1f} s" for b in backends)
+        + "."
+    )
     return lines
 
 
