@@ -599,7 +599,7 @@ class StageClock:
                 group = next((g for prefix, g in THREADS if thread.name.startswith(prefix)), OTHER)
                 clock.thread_done(group, time.thread_time_ns())
 
-        threading.Thread.run = counted_run  # type: ignore[method-assign]
+        threading.Thread.run = counted_run  # type: ignore[method-assign,assignment]
 
 
 def profile_main(out: str, args: list[str]) -> None:
