@@ -437,7 +437,7 @@ LINKS = "links and tokens (unsubscribe, manage, view, feedback)"
 MIME = "MIME and DKIM (build the message, VERP, sign)"
 SMTP = "SMTP hand-off (SmtpMailer)"
 POOL_GLUE = "sender threads, rest: queue, rate limit, outcome"
-LOOP = "send loop, per-run set-up (edition.py)"
+LOOP = "send loop, per-run set-up (edition)"
 IMPORTS = "start-up: imports"
 CLI = "CLI, rest: config, schema check, run record, report"
 OTHER = "other threads"
@@ -445,31 +445,61 @@ OTHER = "other threads"
 GROUPS = (LEDGER, STORE, RANK, RENDER, LINKS, MIME, SMTP, POOL_GLUE, LOOP, IMPORTS, CLI, OTHER)
 """The groups of the breakdown, in table order."""
 
-STAGES = (
-    ("newsletter.edition:EditionBuilder.__init__", LOOP),
-    ("newsletter.edition:run_send", LOOP),
-    ("newsletter.edition:EditionBuilder.digest", RANK),
-    ("newsletter.rank:Ranker.__init__", RANK),
-    ("newsletter.rank:Ranker.sections", RANK),
-    ("newsletter.edition:EditionBuilder.links", LINKS),
-    ("newsletter.feedback:FeedbackLinks.tail", LINKS),
-    ("newsletter.feedback:ReaderLinks.token", LINKS),
-    ("newsletter.render:Renderer.__init__", RENDER),
-    ("newsletter.render:Renderer.render", RENDER),
-    ("newsletter.edition:EditionBuilder.envelope", MIME),
-    ("newsletter.deliver:SmtpMailer.send", SMTP),
-    ("newsletter.deliver:SmtpMailer.connect", SMTP),
-    ("newsletter.deliver:SmtpMailer.close", SMTP),
-    ("newsletter.sending:RateLimiter.acquire", POOL_GLUE),
-    ("newsletter.sending:LedgerWriter.call", LEDGER),
-    ("newsletter.sending:LedgerWriter.post", LEDGER),
-    ("newsletter.sending:LedgerWriter.wait", LEDGER),
+STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("newsletter.edition:EditionBuilder.__init__",), LOOP),
+    (("newsletter.edition:run_send", "newsletter.edition.loop:send_editions"), LOOP),
+    (("newsletter.edition:EditionBuilder.digest",), RANK),
+    (("newsletter.rank:Ranker.__init__",), RANK),
+    (("newsletter.rank:Ranker.sections",), RANK),
+    (("newsletter.edition:EditionBuilder.links",), LINKS),
+    (("newsletter.feedback:FeedbackLinks.tail",), LINKS),
+    (("newsletter.feedback:ReaderLinks.token",), LINKS),
+    (("newsletter.render:Renderer.__init__",), RENDER),
+    (("newsletter.render:Renderer.render",), RENDER),
+    (("newsletter.edition:EditionBuilder.envelope",), MIME),
+    (("newsletter.deliver.smtp:SmtpMailer.send", "newsletter.deliver:SmtpMailer.send"), SMTP),
+    (("newsletter.deliver.smtp:SmtpMailer.connect", "newsletter.deliver:SmtpMailer.connect"), SMTP),
+    (("newsletter.deliver.smtp:SmtpMailer.close", "newsletter.deliver:SmtpMailer.close"), SMTP),
+    (
+        ("newsletter.deliver.pool:RateLimiter.acquire", "newsletter.sending:RateLimiter.acquire"),
+        POOL_GLUE,
+    ),
+    (
+        ("newsletter.deliver.ledger:LedgerWriter.call", "newsletter.sending:LedgerWriter.call"),
+        LEDGER,
+    ),
+    (
+        ("newsletter.deliver.ledger:LedgerWriter.post", "newsletter.sending:LedgerWriter.post"),
+        LEDGER,
+    ),
+    (
+        ("newsletter.deliver.ledger:LedgerWriter.wait", "newsletter.sending:LedgerWriter.wait"),
+        LEDGER,
+    ),
 )
-"""Functions whose CPU, less that of the stages they call, counts for a group. Every public
-method of the ``Store`` counts too: those of its ledger module for :data:`LEDGER`, the others
-for :data:`STORE`. A thread's CPU outside every stage counts for its own group (:data:`THREADS`).
-A stage that no longer exists (the code moved) is listed as missing in the report: its CPU then
-counts for the stage or thread around it."""
+"""Functions whose CPU, less that of the stages they call, counts for a group; each names where
+the function lives now and where it lived before the send path became the ``edition`` and
+``deliver`` packages (the first that exists is used). Every public method of the ``Store``
+counts too: those of its ledger module for :data:`LEDGER`, the others for :data:`STORE`. A
+thread's CPU outside every stage counts for its own group (:data:`THREADS`). A stage found
+nowhere is listed as missing in the report; its CPU then counts for the stage or thread around
+it."""
+
+
+def resolve(target: str) -> tuple[Any, str, Any] | None:
+    """``module:Owner.name`` -> (owner, name, function), None when it does not exist."""
+    import importlib
+
+    module_name, _, path = target.partition(":")
+    try:
+        owner: Any = importlib.import_module(module_name)
+        *owners, name = path.split(".")
+        for part in owners:
+            owner = getattr(owner, part)
+        return owner, name, getattr(owner, name)
+    except (ImportError, AttributeError):
+        return None
+
 
 THREADS = (("MainThread", CLI), ("smtp-sender", POOL_GLUE), ("ledger-writer", LEDGER))
 
@@ -559,24 +589,17 @@ class StageClock:
 
     def install(self) -> None:
         """Wrap :data:`STAGES`, the ``Store``'s public methods, and every thread's run."""
-        import importlib
         import inspect
 
-        for target, group in STAGES:
-            module_name, _, path = target.partition(":")
-            try:
-                module = importlib.import_module(module_name)
-                *owners, name = path.split(".")
-                owner: Any = module
-                for part in owners:
-                    owner = getattr(owner, part)
-                fn = getattr(owner, name)
-            except (ImportError, AttributeError):
-                self.missing.append(target)
+        for targets, group in STAGES:
+            found = next((got for t in targets if (got := resolve(t)) is not None), None)
+            if found is None:
+                self.missing.append(targets[0])
                 continue
+            owner, name, fn = found
             wrapped = self.wrap(fn, group)
             setattr(owner, name, wrapped)
-            if owner is module:  # a module function: also where it was imported by name
+            if inspect.ismodule(owner):  # a module function: also where it was imported by name
                 for other in list(sys.modules.values()):
                     if getattr(other, "__name__", "").startswith("newsletter") and (
                         getattr(other, name, None) is fn
@@ -608,9 +631,7 @@ def profile_main(out: str, args: list[str]) -> None:
     clock = StageClock()
     began = time.thread_time_ns()
     import newsletter.cli
-    import newsletter.edition
-    import newsletter.runs
-    import newsletter.sending
+    import newsletter.edition  # the send path, loaded as the command would load it
 
     imported = time.thread_time_ns()
     clock.install()
