@@ -12,11 +12,15 @@ from datetime import datetime
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
+from typing import TYPE_CHECKING
 
 from newsletter.config import Config
 from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, make_message_id
+from newsletter.deliver.dkim import DkimSigner, maybe_sign
 from newsletter.errors import NewsletterError
-from newsletter.signing import DkimSigner, maybe_sign
+
+if TYPE_CHECKING:
+    from newsletter.services import Services
 
 log = logging.getLogger("newsletter.alerts")
 
@@ -28,9 +32,13 @@ def alert(
     now: datetime,
     *,
     mailer_factory: MailerFactory | None = None,
+    services: Services | None = None,
     relay_broken: bool = False,
 ) -> bool:
-    """Log the alert and mail it to ``alerts.email`` if set. True when a mail went out."""
+    """Log the alert and mail it to ``alerts.email`` if set. True when a mail went out.
+
+    With ``services``, the alert goes through its relay and DKIM signer (loaded once per
+    process); otherwise through ``mailer_factory`` or the configured relay."""
     log.error("ALERT: %s", subject, extra={"alert": subject, "detail": body})
     to = config.settings.alerts.email
     if not to or relay_broken:
@@ -47,9 +55,14 @@ def alert(
     envelope = Envelope(
         sender.from_address, to, msg.as_bytes(policy=policy.SMTP), str(msg["Message-ID"])
     )
-    mailer = (mailer_factory or (lambda: SmtpMailer(config.settings.smtp)))()
+    if services is not None:
+        factory, signer = services.mailer_factory, services.signer
+    else:
+        factory = mailer_factory or (lambda: SmtpMailer(config.settings.smtp))
+        signer = DkimSigner.from_config(config)
+    mailer = factory()
     try:
-        mailer.send(maybe_sign(DkimSigner.from_config(config), envelope))
+        mailer.send(maybe_sign(signer, envelope))
         return True
     except NewsletterError as e:
         log.error("could not mail the alert to %s: %s", to, e)

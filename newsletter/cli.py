@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich import box
@@ -38,6 +39,10 @@ from newsletter.errors import ExitStatus, NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.store import Store
 from newsletter.text import counted, strip_controls
+
+if TYPE_CHECKING:  # imported when used: they load the renderer, the relay and DKIM
+    from newsletter.edition import SendReport, SendRequest
+    from newsletter.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +100,7 @@ class Context:
     ``newsletter``, so a "Took" line includes start-up, config and database set-up."""
     _config: Config | None = None
     _stores: list[Store] = field(default_factory=list)
+    _services: Services | None = None
 
     @property
     def config(self) -> Config:
@@ -125,6 +131,15 @@ class Context:
         for store in self._stores:
             store.close()
         self._stores.clear()
+
+    def services(self) -> Services:
+        """This command's effects (:class:`~newsletter.services.Services`) over its database,
+        built once."""
+        if self._services is None:
+            from newsletter.services import Services
+
+            self._services = Services(self.config, self.store())
+        return self._services
 
     def store(self, *, migrate: bool = False) -> Store:
         store = self.open_store()
@@ -550,9 +565,6 @@ def send(
     if force and not to:
         fail("--force re-sends one subscriber's edition: add --to EMAIL")
     with errors():
-        if topic is not None and topic not in {t.name for t in obj.config.settings.topics}:
-            names = ", ".join(t.name for t in obj.config.settings.topics)
-            fail(f"unknown topic {topic} (available: {names})")
         report = do_send(
             obj, to=to, dry_run=dry_run, do_fetch=do_fetch, topic=topic, force=force, wait=wait
         )
@@ -576,26 +588,28 @@ def do_send(
     topic: str | None = None,
     force: bool = False,
     wait: bool = True,
-) -> Any:
-    from newsletter.runs import fetch_step, send_step
+) -> SendReport | None:
+    """``newsletter send``: build the request, send it (here or by the workers), print it."""
+    from newsletter.edition import SendRequest, send
+    from newsletter.runs import fetch_step
 
     config = obj.config
-    store = obj.store()
+    services = obj.services()
+    store = services.store
     seed_subscribers(config, store)
-    if to is not None:
-        to = _address(to)
-        sub = store.get_subscriber(to)
-        if sub is None:
-            fail(
-                f"{to} is not a subscriber; add it with 'newsletter subscribers add {to} --topic NAME'"
-            )
-        if sub.status is not SubscriberStatus.ACTIVE:
-            fail(f"{to} is {sub.status.value}; only active subscribers get digests")
-    now = utcnow()
+    request = SendRequest(
+        to=to,
+        topic=topic,
+        force=force,
+        dry_run=dry_run,
+        keep_rendered=keep_rendered,
+        wait=wait,
+    ).validated(config, store)
+    now = services.clock()
     if do_fetch:
         print_fetch_report(fetch_step(config, store, now))
-    if config.settings.workers is not None and to is None and not dry_run:
-        return send_by_workers(config, store, now, topic=topic, wait=wait, started=obj.started)
+    if request.by_workers(config):
+        return send_by_workers(services, request, now, started=obj.started)
     from newsletter.logs import uses_json
     from newsletter.stopping import StopRequest, stop_on_signals
 
@@ -603,18 +617,8 @@ def do_send(
         SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress,
         stop_on_signals(StopRequest(), _stop_notice) as stop,
     ):
-        report = send_step(
-            config,
-            store,
-            now,
-            to=to,
-            topic=topic,
-            force=force,
-            dry_run=dry_run,
-            keep_rendered=keep_rendered,
-            progress=progress,
-            stop=stop,
-        )
+        report = send(services, request, now=now, progress=progress, stop=stop).report
+    assert report is not None  # sent in this process
     print_send_report(report, started=obj.started)
     if stop.at_once.is_set():  # senders may still wait for the relay: do not wait for them
         sys.stdout.flush()
@@ -636,12 +640,16 @@ def _stop_notice(name: str, at_once: bool) -> None:
 
 
 def send_by_workers(
-    config: Config, store: Store, now: Any, *, topic: str | None, wait: bool, started: float
-) -> Any:
+    services: Services, request: SendRequest, now: datetime, *, started: float
+) -> SendReport | None:
     """Queue the edition for the workers; with ``wait``, show progress and the summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from newsletter.workers import Enqueued, send_with_workers
+    from newsletter.edition import send
+    from newsletter.edition.workers import Enqueued
+
+    config = services.config
+    wait = request.wait
 
     queue = config.settings.workers.queue if config.settings.workers else ""
     bar = None
@@ -687,9 +695,9 @@ def send_by_workers(
             )
 
     try:
-        _, report = send_with_workers(
-            config, store, now, topic=topic, wait=wait, progress=progress, on_enqueued=enqueued
-        )
+        report = send(
+            services, request, now=now, chunk_progress=progress, on_enqueued=enqueued
+        ).report
     finally:
         if bar is not None:
             bar.stop()
@@ -915,12 +923,12 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 
     The file holds exactly the HTML part that 'newsletter send' would send (CSS inlined).
     """
-    from newsletter.edition import EditionBuilder, edition_date_for
+    from newsletter.edition import EditionBuilder, Services, edition_date_for
 
     with errors():
         store, sub = known_subscriber(obj, to)
         now = utcnow()
-        builder = EditionBuilder(obj.config, store, now)
+        builder = EditionBuilder(Services(obj.config, store), now)
         sent = store.sent_paper_ids([sub.id])[sub.id]
         digest = builder.digest(sub, edition_date_for(sub, now), sent, votes=store.votes_of(sub.id))
         rendered, _ = builder.render(digest)
@@ -948,7 +956,7 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
     from datetime import timedelta
 
-    from newsletter.edition import profile_examples
+    from newsletter.edition.build import profile_examples
     from newsletter.rank import Ranker
 
     with errors():
@@ -1661,7 +1669,7 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, p
     a worker that dies leaves its chunk to the others (after workers.visibility_timeout), and
     the ledger makes sure no edition is sent twice.
     """
-    from newsletter.workers import run_worker
+    from newsletter.edition.workers import run_worker
 
     with errors():
         config = obj.config
@@ -1671,7 +1679,7 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, p
                 "to send with Celery workers"
             )
         if ping:
-            from newsletter.workers import node_name, ping_worker
+            from newsletter.edition.workers import node_name, ping_worker
 
             if not name:
                 fail("--ping needs the --name of the worker to ask")
@@ -1697,7 +1705,7 @@ def serve_app(
 ) -> None:
     """Run the web app, the scheduler and (when configured) the inbound receiver until stopped;
     ``listening`` is called once every port is bound."""
-    from newsletter.service import run_service
+    from newsletter.serve import run_service
 
     run_service(config, store, host=host, port=port, scheduler=scheduler, listening=listening)
 

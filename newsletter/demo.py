@@ -11,8 +11,9 @@ from rich.console import Console
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.edition import SendRequest, Services, send
 from newsletter.ingest import FetchReport
-from newsletter.runs import fetch_step, send_step
+from newsletter.runs import fetch_step
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
 from newsletter.text import counted
@@ -59,7 +60,9 @@ def _run(
         console.print(f"SMTP sink listening on 127.0.0.1:{sink.port} → {maildir}")
         fetched = fetch_step(config, store, now)
         print_fetch_report(fetched)
-        report = send_step(config, store, now, keep_rendered=100)
+        outcome = send(Services(config, store), SendRequest(keep_rendered=100), now=now)
+        report = outcome.report
+        assert report is not None  # sent in this process: the demo has no workers
     html_dir = var / "html"
     html_dir.mkdir(exist_ok=True)
     written: list[Path] = []

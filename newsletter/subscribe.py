@@ -38,11 +38,11 @@ from newsletter.addresses import (
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, header_safe, make_message_id
+from newsletter.deliver.dkim import DkimSigner, maybe_sign
+from newsletter.deliver.mime import header_address
 from newsletter.errors import SubscriberError
-from newsletter.mime import header_address
 from newsletter.models import Frequency, Subscriber, SubscriberStatus
 from newsletter.render import make_environment
-from newsletter.signing import DkimSigner, maybe_sign
 from newsletter.store import Store
 from newsletter.tokens import Purpose, TokenError, Tokens
 

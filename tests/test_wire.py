@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from newsletter.config import SmtpSettings
 from newsletter.deliver import Envelope, SmtpMailer, wire_data
+from newsletter.deliver.mime import QuotedPrintable
 from newsletter.errors import DeliveryError
-from newsletter.mime import QuotedPrintable
 from newsletter.render import RenderedDigest
 from tests.conftest import SmtpServer
 from tests.test_mime import build

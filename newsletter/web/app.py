@@ -18,6 +18,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver import MailerFactory
 from newsletter.render import Renderer, make_environment
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
 from newsletter.web import api, ops, pages, webhooks
@@ -41,6 +42,7 @@ def create_app(
         config=config,
         store=store,
         service=Subscriptions(config, store, mailer_factory, now),
+        services=Services(config, store, clock=now, relay=mailer_factory),
         env=env,
         renderer=Renderer(config.settings, config.templates_dir()),
         now=now,

@@ -71,7 +71,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import ConfigError, load_config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
 from newsletter.sources.fetch import BlockedAddress, Fetcher, FetchError, system_resolver
@@ -81,6 +80,7 @@ from newsletter.tokens import Purpose, Tokens
 from newsletter.web import create_app
 from tests.conftest import NOW, SmtpServer, write_config
 from tests.feedserver import Answer, FeedServer, feed_server
+from tests.sends import run_send
 from tests.web.conftest import BASE, Clock, csrf_of, link_to, web_settings
 
 # ---------------------------------------------------------------------------- XSS

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.service import make_jobs
+from newsletter.serve import make_jobs
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app

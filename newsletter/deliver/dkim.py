@@ -15,7 +15,7 @@ from pathlib import Path
 import dkim
 
 from newsletter.config import Config, DkimSettings
-from newsletter.deliver import Envelope
+from newsletter.deliver.message import Envelope
 from newsletter.errors import ConfigError
 
 
