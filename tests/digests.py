@@ -202,7 +202,7 @@ def email_message_bytes(
 ) -> bytes:
     """The message as ``build_message`` wrote it before newsletter.deliver.mime: ``EmailMessage``.
 
-    The slow reference: bench/bench_render.py times it, tests/test_mime.py compares with it.
+    The slow reference: bench/bench_render.py times it, tests/deliver/test_mime.py compares with it.
     """
     sender = settings.sender
     msg = EmailMessage()

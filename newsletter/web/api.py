@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.models import Subscriber
 from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
-from newsletter.web.archive import archivable, trending_on
 from newsletter.web.context import WebContext, public_url, web_context
 from newsletter.web.security import client_address
 

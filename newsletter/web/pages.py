@@ -16,13 +16,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.feedback import Ballot, Feedback, FeedbackError, FeedbackLinks
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import DigestLinks
 from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
-from newsletter.web.archive import archivable, render_sent_edition, trending_on
+from newsletter.web.archive import render_sent_edition
 from newsletter.web.context import WebContext, web_context
 from newsletter.web.security import (
     CSP_DIGEST,

@@ -39,7 +39,7 @@ from newsletter.store import tables as t
 from tests.conftest import SmtpServer, base_config, write_config
 
 REDIS_URL = os.environ.get("NEWSLETTER_TEST_REDIS", "redis://127.0.0.1:6379/0")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _redis_reason() -> str | None:

@@ -25,7 +25,7 @@ from newsletter.deliver.mime import QuotedPrintable
 from newsletter.errors import DeliveryError
 from newsletter.render import RenderedDigest
 from tests.conftest import SmtpServer
-from tests.test_mime import build
+from tests.deliver.test_mime import build
 
 
 def mailer(server: SmtpServer) -> SmtpMailer:
