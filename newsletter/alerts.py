@@ -15,8 +15,8 @@ from email.utils import format_datetime
 from typing import TYPE_CHECKING
 
 from newsletter.config import Config
-from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, make_message_id
-from newsletter.deliver.dkim import DkimSigner, maybe_sign
+from newsletter.deliver import Envelope, make_message_id
+from newsletter.deliver.dkim import maybe_sign
 from newsletter.errors import NewsletterError
 
 if TYPE_CHECKING:
@@ -31,14 +31,11 @@ def alert(
     body: str,
     now: datetime,
     *,
-    mailer_factory: MailerFactory | None = None,
-    services: Services | None = None,
+    services: Services,
     relay_broken: bool = False,
 ) -> bool:
-    """Log the alert and mail it to ``alerts.email`` if set. True when a mail went out.
-
-    With ``services``, the alert goes through its relay and DKIM signer (loaded once per
-    process); otherwise through ``mailer_factory`` or the configured relay."""
+    """Log the alert and mail it to ``alerts.email`` if set, through ``services``' relay and
+    DKIM signer (loaded once per process). True when a mail went out."""
     log.error("ALERT: %s", subject, extra={"alert": subject, "detail": body})
     to = config.settings.alerts.email
     if not to or relay_broken:
@@ -55,14 +52,9 @@ def alert(
     envelope = Envelope(
         sender.from_address, to, msg.as_bytes(policy=policy.SMTP), str(msg["Message-ID"])
     )
-    if services is not None:
-        factory, signer = services.mailer_factory, services.signer
-    else:
-        factory = mailer_factory or (lambda: SmtpMailer(config.settings.smtp))
-        signer = DkimSigner.from_config(config)
-    mailer = factory()
+    mailer = services.mailer_factory()
     try:
-        mailer.send(maybe_sign(signer, envelope))
+        mailer.send(maybe_sign(services.signer, envelope))
         return True
     except NewsletterError as e:
         log.error("could not mail the alert to %s: %s", to, e)

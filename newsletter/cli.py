@@ -1726,7 +1726,9 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
     """
     with errors():
         config = obj.config
-        config.secret_key()  # refuse to start without a strong link-signing key
+        from newsletter.tokens import signing_key
+
+        signing_key(config)  # refuse to start without a strong link-signing key
         store = obj.store()
         web = config.settings.web
         host, port = host or web.host, port or web.port

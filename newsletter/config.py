@@ -14,7 +14,6 @@ trusted settings); most of its length is field declarations and their validators
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -804,68 +803,9 @@ class Config:
             return location
         return str((self.base_dir / location).resolve())
 
-    def secret_key(self) -> str:
-        """The key that signs links: environment, else config, else a generated key file.
-
-        Raises :class:`ConfigError` rather than return an empty, short or placeholder key.
-        """
-        web = self.settings.web
-        env = os.environ.get(web.secret_key_env)
-        if env is not None:  # set but empty is a mistake, not a request for the key file
-            return self._strong(env.strip(), f"${web.secret_key_env}")
-        if web.secret_key:
-            return self._strong(web.secret_key, "web.secret_key")
-        path = self.base_dir / web.secret_key_file
-        try:
-            if not path.exists():
-                _create_key_file(path)
-            key = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-            raise ConfigError(
-                str(self.path),
-                [
-                    f"{self.path}: web: no secret key: set ${web.secret_key_env}, or make "
-                    f"{path} writable ({why})"
-                ],
-            ) from e
-        return self._strong(
-            key, f"{path} (delete the file to have a new key generated, or write one)"
-        )
-
-    def _strong(self, key: str, where: str) -> str:
-        problem = secret_key_problem(key)
-        if problem is not None:
-            raise ConfigError(str(self.path), [f"{self.path}: web: {where}: {problem}"])
-        return key
-
     def templates_dir(self) -> Path | None:
         d = self.settings.digest.templates_dir
         return None if d is None else (self.base_dir / d).resolve()
-
-
-def _create_key_file(path: Path) -> None:
-    """Write a new random key to ``path`` unless another process got there first.
-
-    The key goes to a temporary file (mode 0600) in the same folder, which is then hard-linked
-    to ``path``: the link appears complete or not at all and never replaces an existing file,
-    so processes racing to create the key all end up reading the one that won.
-    """
-    import secrets
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secrets.token_urlsafe(48) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        # FileExistsError: another process wrote the key first; everyone uses theirs.
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
 
 
 # ---------------------------------------------------------------------------- loading

@@ -148,6 +148,9 @@ def fetch_step(
     mailer_factory: MailerFactory | None = None,
 ) -> FetchReport:
     """Fetch every configured source (or those in ``only``); record, log and alert on it."""
+    from newsletter.services import Services
+
+    services = Services(config, store, relay=mailer_factory)
     settle_interrupted(store, now)
     lease = RunLease(store, "fetch", now)
     run_id = lease.id
@@ -190,10 +193,8 @@ def fetch_step(
                 for s in report.sources
             ),
             now,
-            mailer_factory=mailer_factory,
+            services=services,
         )
     if status == "failed":
-        alert(
-            config, "every source failed to fetch", error or "", now, mailer_factory=mailer_factory
-        )
+        alert(config, "every source failed to fetch", error or "", now, services=services)
     return report

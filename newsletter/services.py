@@ -22,7 +22,7 @@ from newsletter.config import Config
 from newsletter.deliver.dkim import DkimSigner
 from newsletter.deliver.smtp import MailerFactory, SmtpMailer
 from newsletter.store import Store
-from newsletter.tokens import Tokens
+from newsletter.tokens import Tokens, signing_key
 
 
 @dataclass(eq=False)
@@ -59,8 +59,8 @@ class Services:
 
     @cached_property
     def secret(self) -> str:
-        """The link-signing key (:meth:`Config.secret_key`), read once."""
-        return self.config.secret_key()
+        """The link-signing key (:func:`newsletter.tokens.signing_key`), read once."""
+        return signing_key(self.config)
 
     @cached_property
     def tokens(self) -> Tokens:

@@ -38,11 +38,12 @@ def create_app(
     env = make_environment(config.templates_dir())
     env.filters["http_url"] = http_url
     css = env.get_template("web/web.css").render()
+    services = Services(config, store, clock=now, relay=mailer_factory)
     ctx = WebContext(
         config=config,
         store=store,
-        service=Subscriptions(config, store, mailer_factory, now),
-        services=Services(config, store, clock=now, relay=mailer_factory),
+        service=Subscriptions(config, store, now=now, services=services),
+        services=services,
         env=env,
         renderer=Renderer(config.settings, config.templates_dir()),
         now=now,
