@@ -152,6 +152,9 @@ class SmtpSettings(_Strict):
     """Consecutive replies that did not come within ``timeout`` (a relay that stalls) after
     which the relay counts as unusable: the run stops (exit 2) and alerts the operator."""
     pool_size: int = Field(default=4, ge=1, le=64)
+    messages_per_connection: int = Field(default=0, ge=0, le=1_000_000)
+    """Messages sent over one connection before it is closed (QUIT) and a new one opened, for
+    relays that cap messages per session; 0: no cap (the connection is reused to the end)."""
     rate_per_second: float | None = Field(default=None, gt=0)
     rate_per_hour: int | None = Field(default=None, gt=0)
     dev_recipient: str | None = None

@@ -152,7 +152,7 @@ def fetch_step(
 
     services = Services(config, store, relay=mailer_factory)
     settle_interrupted(store, now)
-    lease = RunLease(store, "fetch", now)
+    lease = RunLease(store, "fetch", now, clock=services.clock)
     run_id = lease.id
     try:
         report = run_fetch(config, store, now, only=only, progress=progress)
@@ -170,7 +170,7 @@ def fetch_step(
     }
     error = "; ".join(f"{s.source}: {'; '.join(s.errors)}" for s in report.failed) or None
     status = "failed" if report.sources and len(failed) == len(report.sources) else "ok"
-    store.finish_run(run_id, status, utcnow(), counts, error)
+    store.finish_run(run_id, status, services.clock(), counts, error)
     step("fetch done", **counts)
     # arXiv announces on Sunday to Thursday evenings (US Eastern): a fetch after such an
     # announcement that finds nothing new at all means a source is broken, not a quiet day.

@@ -119,6 +119,14 @@ class SmtpMailer:
         self.smtp = smtp
         self._conn: _Tracking | None = None
         self._sent_on_conn = 0
+        self._tls: ssl.SSLContext | None = None
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS settings for this relay (system CAs, hostname checked), built once: loading
+        the CA store costs more than a handshake, and a mailer reconnects many times."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
     def __enter__(self) -> SmtpMailer:
         return self
@@ -134,13 +142,11 @@ class SmtpMailer:
         conn: _Tracking | None = None
         try:
             if s.security == "tls":
-                conn = _TrackingSSL(
-                    s.host, s.port, timeout=s.timeout, context=ssl.create_default_context()
-                )
+                conn = _TrackingSSL(s.host, s.port, timeout=s.timeout, context=self.tls_context())
             else:
                 conn = _Tracking(s.host, s.port, timeout=s.timeout)
                 if s.security == "starttls":
-                    conn.starttls(context=ssl.create_default_context())
+                    conn.starttls(context=self.tls_context())
             if s.username:
                 conn.login(s.username, s.password() or "")
         except _NoGreeting as e:
@@ -191,6 +197,9 @@ class SmtpMailer:
             self._send_once(envelope)
 
     def _send_once(self, envelope: Envelope) -> None:
+        cap = self.smtp.messages_per_connection
+        if self._conn is not None and cap and self._sent_on_conn >= cap:
+            self.close()  # QUIT, then a fresh connection: some relays cap messages per session
         if self._conn is None:
             self._conn = self.connect()
         conn = self._conn
