@@ -4,7 +4,8 @@ This module only composes :class:`Store` from one mixin per domain and keeps the
 modules import from here. Where each domain lives:
 
 - :mod:`.base`: the engine, connection retries, errors as :class:`StoreError`, migrations;
-- :mod:`.records`: the record types (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, …);
+- :mod:`newsletter.models`: the record types (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, …),
+  re-exported here and by :mod:`.records` for older imports;
 - :mod:`.papers`: papers, their sources and signals, votes;
 - :mod:`.subscribers`: subscribers, topics, forgotten addresses, imports;
 - :mod:`.consent`: confirmation, preferences, unsubscribing, rate limits;
@@ -16,6 +17,14 @@ modules import from here. Where each domain lives:
 
 from __future__ import annotations
 
+from newsletter.models import (
+    EditionClaim,
+    EditionRecord,
+    LedgerOp,
+    PaperWrite,
+    RunRecord,
+    SourceState,
+)
 from newsletter.store.base import (
     MIGRATIONS,
     SUPPORTED,
@@ -35,14 +44,6 @@ from newsletter.store.papers import (
     _paper_row,
     content_hash,
     upvote_velocity,
-)
-from newsletter.store.records import (
-    EditionClaim,
-    EditionRecord,
-    LedgerOp,
-    PaperWrite,
-    RunRecord,
-    SourceState,
 )
 from newsletter.store.runs import RunStore
 from newsletter.store.sources import SourceStore

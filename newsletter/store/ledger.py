@@ -19,7 +19,9 @@ from sqlalchemy import (
 )
 
 from newsletter.models import (
+    EditionClaim,
     EditionStatus,
+    LedgerOp,
     SubscriberStatus,
 )
 from newsletter.store import tables as t
@@ -37,7 +39,6 @@ from newsletter.store.ledger_sql import (
     _is_sent_mark,
     _pg_ledger,
 )
-from newsletter.store.records import EditionClaim, LedgerOp
 
 
 class LedgerStore(StoreBase):

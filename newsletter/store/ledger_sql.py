@@ -23,11 +23,11 @@ from sqlalchemy import (
 
 from newsletter.models import (
     EditionStatus,
+    LedgerOp,
     SubscriberStatus,
 )
 from newsletter.store import tables as t
 from newsletter.store.base import _naive
-from newsletter.store.records import LedgerOp
 
 # The senders' hot statements, built once (their compiled form is cached; building them per
 # message costs more than running them).
