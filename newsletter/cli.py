@@ -173,14 +173,19 @@ def _open_stores() -> list[Store]:
 @contextmanager
 def errors() -> Iterator[None]:
     """Turn newsletter's own errors, and a database that fails under a command, into one clear
-    line on stderr and the exit status of their kind (:class:`ExitStatus`)."""
+    line on stderr and the exit status of their kind (:class:`ExitStatus`).
+
+    The Store raises every database failure of its methods as a :class:`StoreError` (a
+    ``NewsletterError``). The ``DBAPIError`` branch is for the one place that still uses the
+    database raw: the send path's ledger writer opens connections on ``store.engine`` itself.
+    """
     from sqlalchemy.exc import DBAPIError
 
     try:
         yield
     except NewsletterError as e:
         fail(str(e), e.exit_status)
-    except DBAPIError as e:
+    except DBAPIError as e:  # store.engine used directly (the ledger writer); see above
         stores = _open_stores()
         error = stores[-1].error(e) if stores else None
         if error is None:

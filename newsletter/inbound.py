@@ -30,7 +30,6 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
-from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.bounces.receive import BounceReceiver
@@ -201,7 +200,7 @@ class InboundHandler:
                 origin = f"{envelope.mail_from or '<>'} via {peer}"
                 try:
                     await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
-                except (NewsletterError, SQLAlchemyError) as e:  # the database, not the mail
+                except NewsletterError as e:  # the database (a StoreError), not the mail
                     log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))
                     return "451 4.3.0 cannot record the bounce right now; try again later"
                 if len(bounced) == len(envelope.rcpt_tos):

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from newsletter.config import Config, SourceSettings
-from newsletter.models import Paper, PaperData
+from newsletter.models import Paper, PaperData, PaperWrite, SourceState
 from newsletter.sources import PARSERS, arxiv_api
 from newsletter.sources.base import ParseResult, Skipped, clean_result
 from newsletter.sources.fetch import Fetcher, FetchError
-from newsletter.store import PaperWrite, SourceState, Store
+from newsletter.store import Store
 from newsletter.store.db import content_hash
 from newsletter.text import strip_controls
 

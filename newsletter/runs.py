@@ -30,9 +30,9 @@ from newsletter.deliver import MailerFactory
 from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.ingest import FetchReport, run_fetch
 from newsletter.logs import step
+from newsletter.models import RunRecord
 from newsletter.schedule import ARXIV_TZ, announces_on
 from newsletter.store import Store
-from newsletter.store.db import RunRecord
 
 log = logging.getLogger(__name__)
 

@@ -180,7 +180,7 @@ def test_a_group_commit_of_begins_and_sent_marks_gives_each_op_its_own_result(
 ) -> None:
     """One apply_ledger call as the ledger writer makes it: begins of several senders (one
     edition another run took, one whose subscriber left) and sent marks with their papers."""
-    from newsletter.store.db import LedgerOp
+    from newsletter.models import LedgerOp
 
     day = date(2026, 11, 17)
     ids = store.write_papers("s", decide([paper(f"2611.0000{i}") for i in range(1, 4)], {}), NOW)
@@ -240,7 +240,7 @@ def test_deleting_an_edition_finds_its_sent_papers_by_index(store: Store) -> Non
 def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) -> None:
     """PostgreSQL's one-statement group commit (autocommit connection) against the same
     scenario as the transactional one; SQLite says it cannot and the caller falls back."""
-    from newsletter.store.db import LedgerOp
+    from newsletter.models import LedgerOp
 
     day = date(2026, 11, 17)
     ids = store.write_papers("s", decide([paper(f"2611.0010{i}") for i in range(1, 4)], {}), NOW)

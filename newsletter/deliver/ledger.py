@@ -19,8 +19,8 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
+from newsletter.models import LedgerOp
 from newsletter.store import Store
-from newsletter.store.db import LedgerOp
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class LedgerWriter:
     def _connection(self) -> Connection:
         """The writer's own connection, opened on first use and again after a failure."""
         if self._conn is None:
-            self._conn = self.store.engine.connect()
+            self._conn = self.store.writer_connection()
         return self._conn
 
     def _loop(self) -> None:

@@ -48,11 +48,10 @@ from newsletter.deliver.ledger import LedgerWriter, PendingWrite
 from newsletter.deliver.message import Envelope
 from newsletter.deliver.smtp import Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.models import EditionStatus, Subscriber
+from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Subscriber
 from newsletter.render import RenderedDigest
 from newsletter.stopping import at_once
 from newsletter.store import Store
-from newsletter.store.db import EditionClaim, LedgerOp
 from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)

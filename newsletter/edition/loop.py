@@ -21,10 +21,9 @@ from newsletter.edition.build import EditionBuilder
 from newsletter.edition.plan import AlreadySent, Skip, after_claim, choose
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import SendRequest
-from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
+from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.services import Services
 from newsletter.store import Store
-from newsletter.store.records import EditionClaim
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-from newsletter.models import EditionStatus, Subscriber
+from newsletter.models import EditionClaim, EditionStatus, Subscriber
 from newsletter.schedule import listing_gap
-from newsletter.store.records import EditionClaim
 
 SETTLED = frozenset(
     {

@@ -22,7 +22,7 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
 from newsletter.errors import (
@@ -135,7 +135,13 @@ def database_error(url: str, error: BaseException, where: str = "database.url") 
             f"the database {shown} refused the login ({reason}); fix the user or password in "
             f"{where}"
         )
-    if code.startswith("08") or isinstance(orig, OSError) or "connection" in reason.lower():
+    # what SQLAlchemy itself says about a connection (a misuse) is no sign the server is away
+    from_driver = isinstance(error, DBAPIError) or not isinstance(error, _SAError)
+    if (
+        code.startswith("08")
+        or isinstance(orig, OSError)
+        or (from_driver and "connection" in reason.lower())
+    ):
         return DatabaseUnavailable(
             f"cannot connect to the database {shown} ({reason}); start the server or fix {where}"
         )
@@ -207,6 +213,12 @@ class StoreBase:
                 if not path.startswith("file:"):  # a file: URI names an existing file
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.engine = engine
+        self._db_errors: tuple[type[BaseException], ...] = (
+            _SAError,
+            self.engine.dialect.loaded_dbapi.Error,
+        )
+        """What a public method turns into :meth:`error` (see :mod:`.guard`): SQLAlchemy's errors
+        and the driver's own (the ledger's fast paths run SQL on the driver connection)."""
         self._sent_papers_stmt: Insert | None = None
         self._claim_stmt: Insert | None = None
         self._datetime_bind: Callable[[datetime], Any] | None = None
@@ -276,11 +288,8 @@ class StoreBase:
 
     def check_connection(self) -> None:
         """Open one connection; raise :class:`DatabaseUnavailable` (one line) when it fails."""
-        try:
-            with self.engine.connect() as conn:
-                conn.exec_driver_sql("SELECT 1")
-        except _SAError as e:
-            raise self.error(e) from e
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
 
     def _alembic_config(self, connection: Connection) -> Any:
         from alembic.config import Config as AlembicConfig
@@ -331,10 +340,7 @@ class StoreBase:
 
     def check_schema(self) -> None:
         """Raise :class:`StoreError` with the fix when the database is not migrated."""
-        try:
-            current = self.current_revision()
-        except (OperationalError, ProgrammingError) as e:
-            raise self.error(e) from e
+        current = self.current_revision()  # a database error comes as StoreError (.guard)
         head = self.head_revision()
         if current != head:
             state = (

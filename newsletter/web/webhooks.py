@@ -21,7 +21,6 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.bounces import sns
 from newsletter.bounces import webhooks as hooks
@@ -56,10 +55,7 @@ def store_applier(store: Store, settings: BounceSettings) -> ApplyEvents:
     decider = BounceDecider(store, settings)
 
     def apply(events: Sequence[BounceEvent]) -> None:
-        try:
-            decider.apply(list(events))
-        except SQLAlchemyError as e:
-            raise store.error(e) from e
+        decider.apply(list(events))  # the Store raises its database errors as StoreError
 
     return apply
 

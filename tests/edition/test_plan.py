@@ -16,8 +16,7 @@ from newsletter.edition.plan import (
     is_in_flight,
     is_settled,
 )
-from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
-from newsletter.store.records import EditionClaim
+from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
 
 # Wednesday 2026-11-18 03:30 UTC: still Tuesday evening in Los Angeles, Wednesday in Tokyo.
 NOW = datetime(2026, 11, 18, 3, 30, tzinfo=UTC)
