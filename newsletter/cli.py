@@ -36,6 +36,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import ExitStatus, NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.seeding import seed_subscribers
 from newsletter.store import Store
 from newsletter.text import counted, strip_controls
 
@@ -171,37 +172,6 @@ def errors() -> Iterator[None]:
         if error is None:
             fail(f"database error: {' '.join(str(e.orig).split())}")
         fail(str(error), error.exit_status)
-
-
-def seed_subscribers(
-    config: Config, store: Store, report: Callable[[str], None] | None = None
-) -> int:
-    """Insert the subscribers listed in the config that the database does not have yet.
-
-    An address that unsubscribed, was suppressed or erased is not added back (consent comes
-    from the address, not the config): ``report`` (default: the log) is told why.
-    """
-    from newsletter.subscribe import consent_block
-
-    now = utcnow()
-    added = 0
-    for i, seed in enumerate(config.settings.subscribers):
-        if store.get_subscriber(seed.email) is None:
-            blocked = consent_block(config, store, seed.email)
-            if blocked is not None:
-                note = f"{config.path}: subscribers[{i}]: {blocked}"
-                (report or log.info)(note)
-                continue
-        _, created = store.add_subscriber(
-            seed.email,
-            name=seed.name,
-            topics=seed.topics,
-            timezone=seed.timezone or config.settings.schedule.timezone,
-            now=now,
-            consent={"how": "config", "when": now.isoformat(), "where": str(config.path)},
-        )
-        added += int(created)
-    return added
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -1813,7 +1783,6 @@ def demo(obj: Context, var: Path) -> None:
             obj.config,
             var,
             console,
-            seed_subscribers=seed_subscribers,
             print_fetch_report=print_fetch_report,
         )
 
