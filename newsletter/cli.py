@@ -1273,22 +1273,6 @@ def subscribers_remove(obj: Context, email: str, forget: bool) -> None:
     console.print(f"{'Erased' if forget else 'Unsubscribed'} {shown(address)}.", highlight=False)
 
 
-CSV_FIELDS = (
-    "email",
-    "name",
-    "status",
-    "topics",
-    "timezone",
-    "send_hour",
-    "frequency",
-    "created",
-    "confirmed",
-    "votes",
-)
-"""``votes``: the reader's "more/less like this" votes, ``+KEY`` or ``-KEY``, separated by
-spaces (import ignores the column)."""
-
-
 @subscribers.command("export")
 @click.option(
     "--status", type=click.Choice([s.value for s in SubscriberStatus]), help="Only this status."
@@ -1304,33 +1288,13 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
 
     The last column, votes, lists the reader's "more/less like this" votes as +PAPER / -PAPER.
     """
-    import csv
     import io
 
+    from newsletter.exporter import write_csv
+
     with errors():
-        store = obj.store()
         buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(CSV_FIELDS)
-        for batch in store.iter_subscribers(SubscriberStatus(status) if status else None):
-            votes = store.votes_for([s.id for s in batch])
-            for s in batch:
-                writer.writerow(
-                    [
-                        s.email,
-                        s.name,
-                        s.status.value,
-                        " ".join(s.topics),
-                        s.timezone,
-                        "" if s.send_hour is None else s.send_hour,
-                        s.frequency.value,
-                        s.created.isoformat(),
-                        s.confirmed.isoformat() if s.confirmed else "",
-                        " ".join(
-                            f"{'+' if v.more else '-'}{v.paper_key}" for v in votes.get(s.id, ())
-                        ),
-                    ]
-                )
+        write_csv(obj.store(), buf, SubscriberStatus(status) if status else None)
     if out is None:
         click.echo(buf.getvalue(), nl=False)
     else:
@@ -1544,34 +1508,12 @@ def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: st
 def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     """Show one subscriber with their consent record (when, how, from where they agreed) and
     their "more/less like this" votes."""
+    from newsletter.exporter import subscriber_record
+
     with errors():
         store, sub = known_subscriber(obj, email, seed=False)
-        consent = store.consent_record(sub.id) or {}
-        votes = store.votes_of(sub.id)
-        bounce_score, bounce_history = store.bounce_score(sub.id), store.bounce_history(sub.id)
-    data: dict[str, Any] = {
-        "email": sub.email,
-        "name": sub.name,
-        "status": sub.status.value,
-        "topics": list(sub.topics),
-        "timezone": sub.timezone,
-        "send_hour": sub.send_hour,
-        "frequency": sub.frequency.value,
-        "created": sub.created.isoformat(),
-        "confirmed": sub.confirmed.isoformat() if sub.confirmed else None,
-        "consent": consent,
-        "votes": [
-            {
-                "paper": v.paper_key,
-                "title": v.title,
-                "vote": "more" if v.more else "less",
-                "topic": v.topic,
-                "when": v.created_at.isoformat(),
-            }
-            for v in votes
-        ],
-        "bounces": bounce_report.subscriber_json(bounce_score, bounce_history),
-    }
+        record = subscriber_record(store, sub)
+    data = record.as_json()
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
@@ -1581,19 +1523,19 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
     click.echo("   consent:")
-    history = consent.get("history") or ([consent] if consent else [])
+    history = record.consent_history
     if not history:
         click.echo("            (none recorded)")
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
         click.echo(strip_controls("            " + "  ".join(parts)))
-    click.echo("     votes:" + ("" if votes else " (none)"))
-    for v in votes:
+    click.echo("     votes:" + ("" if record.votes else " (none)"))
+    for v in record.votes:
         kind = "more" if v.more else "less"
         click.echo(
             strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
         )
-    for line in bounce_report.subscriber_lines(bounce_score, bounce_history):
+    for line in bounce_report.subscriber_lines(record.bounce_score, record.bounce_history):
         click.echo(strip_controls(line))
 
 
