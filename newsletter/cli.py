@@ -885,22 +885,19 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 
     The file holds exactly the HTML part that 'newsletter send' would send (CSS inlined).
     """
-    from newsletter.edition import EditionBuilder, edition_date_for
+    from newsletter.preview import render_preview
 
     with errors():
         store, sub = known_subscriber(obj, to)
-        now = utcnow()
-        builder = EditionBuilder(obj.config, store, now)
-        sent = store.sent_paper_ids([sub.id])[sub.id]
-        digest = builder.digest(sub, edition_date_for(sub, now), sent, votes=store.votes_of(sub.id))
-        rendered, _ = builder.render(digest)
+        digest_preview = render_preview(obj.config, store, sub, utcnow())
+        rendered = digest_preview.rendered
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(rendered.html, encoding="utf-8")
         if text_out is not None:
             text_out.write_text(rendered.text, encoding="utf-8")
     console.print(f"Subject: {shown(rendered.subject)}", highlight=False)
-    console.print(f"Wrote {out} ({counted(len(digest.items), 'paper')}).")
-    if digest.is_empty and obj.config.settings.digest.empty == "skip":
+    console.print(f"Wrote {out} ({counted(len(digest_preview.digest.items), 'paper')}).")
+    if digest_preview.skipped:
         console.print(
             "Nothing new in these topics today: with digest.empty: skip this edition is not "
             "sent (the file shows the 'nothing new' note that digest.empty: send would send).",
@@ -916,52 +913,37 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 @click.pass_obj
 def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
-    from datetime import timedelta
-
-    from newsletter.edition import profile_examples
-    from newsletter.rank import Ranker
+    from newsletter.preview import rank_preview
 
     with errors():
-        config = obj.config
-        settings = config.settings
+        settings = obj.config.settings
         store, sub = known_subscriber(obj, to)
-        now = utcnow()
-        papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
-        ranker = Ranker(
-            settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
-        )
-        sent = store.sent_paper_ids([sub.id])[sub.id]
-        votes = store.votes_of(sub.id)
-        sections = ranker.sections(
-            sub.topics,
-            exclude_ids=sent,
-            max_items=settings.digest.max_items,
-            group_by_topic=settings.digest.group_by_topic,
-            votes=votes,
-        )
+        ranking = rank_preview(obj.config, store, sub, utcnow())
     console.print(
         f"{shown(sub.email)} ({sub.status.value}): topics {shown(', '.join(sub.topics)) or 'none'}; "
-        f"{counted(len(papers), 'paper')} first seen here in the last "
+        f"{counted(ranking.papers, 'paper')} first seen here in the last "
         f"{counted(settings.digest.lookback_days, 'day')} (digest.lookback_days; the ages "
-        f"below count from publication), {len(sent)} already sent to them"
-        + (f"; {len(votes)} of their votes reorder their topics." if votes else "."),
+        f"below count from publication), {ranking.already_sent} already sent to them"
+        + (f"; {ranking.votes} of their votes reorder their topics." if ranking.votes else "."),
         highlight=False,
     )
-    missing = [t for t in sub.topics if t not in ranker.topics]
-    if missing:
-        console.print(f"Topics no longer in the config (ignored): {shown(', '.join(missing))}")
-    for section in sections:
-        console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.items)})", highlight=False)
-        if not section.items:
+    if ranking.missing_topics:
+        console.print(
+            f"Topics no longer in the config (ignored): {shown(', '.join(ranking.missing_topics))}"
+        )
+    for section in ranking.sections:
+        console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.papers)})", highlight=False)
+        if not section.papers:
             console.print("  nothing strong in this topic today")
-        left_out = ranker.left_out.get(section.name, 0)
+        left_out = section.left_out
         if left_out:
             console.print(
                 f"  ({left_out} weaker {'match' if left_out == 1 else 'matches'} left out: a "
                 "single passing mention, or far below the best; see docs/topics.md)",
                 highlight=False,
             )
-        for n, item in enumerate(section.items, start=1):
+        for n, ranked in enumerate(section.papers, start=1):
+            item = ranked.item
             console.print(
                 f"{n:3}. {item.score:8.3f}  {shown(item.paper.key)}  {shown(item.paper.title)}",
                 highlight=False,
@@ -969,7 +951,7 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
             console.print(f"               {shown(item.reason)}", highlight=False)
             if explain:
                 topic = "" if settings.digest.group_by_topic else f" (topic {shown(item.topic)})"
-                for line in ranker.explain(item).lines():
+                for line in ranked.explanation.lines():
                     console.print(f"               {shown(line)}{topic}", highlight=False)
                     topic = ""
 
