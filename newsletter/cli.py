@@ -330,48 +330,11 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
                 ),
             )
     if as_json:
-        click.echo(json.dumps(fetch_report_json(report), indent=2))
+        click.echo(json.dumps(report.as_json(), indent=2))
     else:
         print_fetch_report(report)
     if report.failed and len(report.failed) == len(report.sources):
         sys.exit(1)
-
-
-def _status(s: Any) -> str:
-    if s.not_modified:
-        return "not modified (304)"
-    if not s.errors:
-        return "ok"
-    return "partial" if s.stored else "failed"
-
-
-def fetch_report_json(report: Any) -> dict[str, Any]:
-    return {
-        "entries": report.entries,
-        "new": report.new,
-        "updated": report.updated,
-        "unannounced": report.unannounced,
-        "skipped": report.skipped,
-        "failed_sources": [s.source for s in report.failed],
-        "sources": [
-            {
-                "source": s.source,
-                "url": s.url,
-                "status": _status(s),
-                "entries": s.entries,
-                "new": s.new,
-                "updated": s.updated,
-                "unchanged": s.unchanged,
-                "unannounced": s.unannounced,
-                "merged": s.merged,
-                "not_modified": s.not_modified,
-                "skipped": [{"what": k.what, "reason": k.reason} for k in s.skipped],
-                "errors": list(s.errors),
-                "seconds": round(s.seconds, 3),
-            }
-            for s in report.sources
-        ],
-    }
 
 
 def print_fetch_report(report: Any) -> None:
@@ -387,7 +350,7 @@ def print_fetch_report(report: Any) -> None:
             overflow="fold",
         )
     for s in report.sources:
-        status = _status(s)
+        status = s.status
         colour = {"ok": "green", "failed": "red", "partial": "yellow"}.get(status, "cyan")
         table.add_row(
             shown(s.source),
@@ -1734,16 +1697,6 @@ def sink(maildir: Path, port: int) -> None:
             pass
 
 
-def _took(run: Any) -> float | None:
-    """Seconds a recorded run took (``None`` while it runs)."""
-    measured = run.counts.get("duration")
-    if isinstance(measured, int | float) and not isinstance(measured, bool):
-        return float(measured)
-    if run.finished is None:
-        return None
-    return round(float((run.finished - run.started).total_seconds()), 3)
-
-
 def main() -> None:
     from newsletter import STARTED
 
@@ -1759,85 +1712,26 @@ def main() -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
-    from datetime import UTC, timedelta
+    from datetime import UTC
 
-    from newsletter.runs import runs_as_seen
-    from newsletter.scheduler import Jobs, build_scheduler, next_runs
+    from newsletter.status import gather_status, run_duration
 
     with errors():
-        config = obj.config
-        store = obj.store()
-        now = utcnow()
-        scheduler = build_scheduler(config, Jobs(fetch=lambda n: None, send_due=lambda n: None))
-        upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
-        upcoming.sort(key=lambda x: x[1] or now)
-        snapshot = store.ops_snapshot(now.date(), config.settings.fetched_sources())
-        runs = runs_as_seen(store, store.last_runs(run_count), now)  # killed ones: interrupted
-        suppressed = [
-            s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
-        ]
-        rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
-        bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
-        over = bounce_report.alerts_for(rates, config.settings.bounces)
-        unsettled = store.unsettled_editions()
-    tick = config.settings.schedule.tick_minutes
+        report = gather_status(obj.config, obj.store(), utcnow(), runs=run_count)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "next_fetches": [
-                        {"job": n, "at": w.isoformat() if w else None} for n, w in upcoming
-                    ],
-                    "editions_checked_every_minutes": tick,
-                    "subscribers": snapshot["subscribers"],
-                    "editions_today": snapshot["editions_today"],
-                    "papers": snapshot["papers"],
-                    "runs": [
-                        {
-                            "kind": r.kind,
-                            "started": r.started.isoformat(),
-                            "status": r.status,
-                            "counts": r.counts,
-                            "error": r.error,
-                            "duration": _took(r),
-                        }
-                        for r in runs
-                    ],
-                    "failing_sources": [
-                        {"source": s, "consecutive_failures": n, "last_error": e}
-                        for s, n, e in snapshot["failing_sources"]
-                    ],
-                    "suppressed": [s.email for s in suppressed],
-                    "deliverability": {
-                        "editions": bounce_report.rates_json(rates),
-                        "days": bounce_report.days_json(bounce_days),
-                        "alerts": over,
-                    },
-                    "unknown_editions": [
-                        {
-                            "email": e.email,
-                            "edition_date": e.edition_date.isoformat(),
-                            "status": e.status.value,
-                            "message_id": e.message_id,
-                            "last_error": e.last_error,
-                        }
-                        for e in unsettled
-                    ],
-                },
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(report.as_json(), indent=2))
         return
-    subs = snapshot["subscribers"]
+    now, upcoming, runs, unsettled = report.now, report.upcoming, report.runs, report.unknown
+    subs = report.subscribers
     console.print(
         f"[bold]{subs.get('active', 0)}[/] active subscriber{'' if subs.get('active', 0) == 1 else 's'}"
         + "".join(f", {v} {k}" for k, v in sorted(subs.items()) if k != "active")
-        + f"; {counted(snapshot['papers'], 'paper')} stored.",
+        + f"; {counted(report.papers, 'paper')} stored.",
         highlight=False,
     )
-    today = ", ".join(f"{v} {k}" for k, v in sorted(snapshot["editions_today"].items()))
+    today = ", ".join(f"{v} {k}" for k, v in sorted(report.editions_today.items()))
     console.print(f"Editions dated {now:%Y-%m-%d} (UTC): {today or 'none yet'}.", highlight=False)
-    console.print(f"Editions are checked every {tick} min; next fetches:")
+    console.print(f"Editions are checked every {report.tick_minutes} min; next fetches:")
     for name, when in upcoming[:4]:
         console.print(
             f"  {when.astimezone(UTC):%a %Y-%m-%d %H:%M} UTC  {shown(name)}"
@@ -1854,7 +1748,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             for k, v in r.counts.items()
             if v and v is not True and k not in ("duration", "lease") and not isinstance(v, float)
         )
-        took = _took(r)
+        took = run_duration(r)
         table.add_row(
             f"{r.started:%Y-%m-%d %H:%M}",
             shown(r.kind),
@@ -1867,7 +1761,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print(table)
     else:
         console.print("No runs yet: 'newsletter fetch' and 'newsletter send --now' record theirs.")
-    for source, failures, error in snapshot["failing_sources"]:
+    for source, failures, error in report.failing_sources:
         console.print(
             f"[yellow]source {shown(source)}[/] failed {counted(failures, 'time')} in a row: "
             f"{shown(error)}",
@@ -1883,21 +1777,22 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             + (
                 "; 'unknown' and 'resend' ones are re-sent once by the next send (same "
                 "Message-ID), 'held' ones wait for you"
-                if config.settings.delivery.on_unknown == "resend"
+                if report.resend_unknown
                 else "; 'resend' ones are re-sent once by the next send (same Message-ID), the "
                 "others wait for you (delivery.on_unknown: hold)"
             )
             + ": 'newsletter send --settle-unknown resend' (or drop).",
             highlight=False,
         )
-    if suppressed:
+    if report.suppressed:
         console.print(
-            f"Suppressed addresses ({len(suppressed)}): "
-            + shown(", ".join(s.email for s in suppressed[:20]))
-            + (" …" if len(suppressed) > 20 else ""),
+            f"Suppressed addresses ({len(report.suppressed)}): "
+            + shown(", ".join(s.email for s in report.suppressed[:20]))
+            + (" …" if len(report.suppressed) > 20 else ""),
             highlight=False,
         )
-    for line in bounce_report.rate_lines([r for r in rates if r.hard or r.soft or r.complaints]):
+    rates = [r for r in report.rates if r.hard or r.soft or r.complaints]
+    for line in bounce_report.rate_lines(rates):
         console.print("Deliverability: " + shown(line), highlight=False)
-    for line in over:
+    for line in report.alerts:
         console.print("[yellow]deliverability alert:[/] " + shown(line), highlight=False)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from newsletter.config import Config, SourceSettings
 from newsletter.models import Paper, PaperData
@@ -52,6 +53,34 @@ class SourceReport:
         """Papers of this answer now in the database (new, updated, unchanged or unannounced)."""
         return self.new + self.updated + self.unchanged + self.unannounced
 
+    @property
+    def status(self) -> str:
+        """How the fetch went: ``ok``, ``partial`` (errors, some papers stored), ``failed``, or
+        ``not modified (304)``."""
+        if self.not_modified:
+            return "not modified (304)"
+        if not self.errors:
+            return "ok"
+        return "partial" if self.stored else "failed"
+
+    def as_json(self) -> dict[str, Any]:
+        """The source's report as ``newsletter fetch --json`` prints it."""
+        return {
+            "source": self.source,
+            "url": self.url,
+            "status": self.status,
+            "entries": self.entries,
+            "new": self.new,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "unannounced": self.unannounced,
+            "merged": self.merged,
+            "not_modified": self.not_modified,
+            "skipped": [{"what": k.what, "reason": k.reason} for k in self.skipped],
+            "errors": list(self.errors),
+            "seconds": round(self.seconds, 3),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class FetchReport:
@@ -80,6 +109,18 @@ class FetchReport:
     @property
     def failed(self) -> tuple[SourceReport, ...]:
         return tuple(s for s in self.sources if not s.ok)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as ``newsletter fetch --json`` prints it: totals, then each source."""
+        return {
+            "entries": self.entries,
+            "new": self.new,
+            "updated": self.updated,
+            "unannounced": self.unannounced,
+            "skipped": self.skipped,
+            "failed_sources": [s.source for s in self.failed],
+            "sources": [s.as_json() for s in self.sources],
+        }
 
 
 def _merge(old: Paper, new: PaperData) -> PaperData:
