@@ -1,10 +1,16 @@
 """The ``newsletter`` command: a thin layer over the same functions the scheduler and web use.
 
-Why one long module: it is the click command tree (each command a few lines of options, a call
-and its report), which reads best in one place. It still holds domain logic (seeding
-subscribers, CSV export; the import moved to ``newsletter.importer``) that belongs elsewhere;
-moving it out is part of the send-path redesign (issue 18), which splits this file along with
-``edition``/``deliver``.
+Each command parses its options, calls one domain function and prints what it returns; the
+domain parts live elsewhere: :mod:`newsletter.seeding` (the config's subscribers),
+:mod:`newsletter.importer` and :mod:`newsletter.exporter` (CSV in and out, one subscriber's
+record), :mod:`newsletter.preview` (``rank`` and ``preview``), :mod:`newsletter.status`
+(``status``), :mod:`newsletter.ingest` (the fetch report).
+
+Why one long module: it is the click command tree, 23 commands of options, help text,
+error wording and output formatting, which reads best in one place. What still makes it longer
+than that: the send command's wiring (``do_send``, ``send_by_workers``, ``SendProgress``,
+``print_send_report``), which moves to the ``edition`` package with the send-path redesign
+(issue 18), and the operator's checks in ``subscribers add`` and ``subscribers set``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich import box
@@ -39,6 +45,9 @@ from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.seeding import seed_subscribers
 from newsletter.store import Store
 from newsletter.text import counted, strip_controls
+
+if TYPE_CHECKING:
+    from newsletter.ingest import FetchReport
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +99,9 @@ def setup_output() -> None:
 
 @dataclass
 class Context:
+    """What every command shares: the config (loaded on first use) and the stores it opened
+    (closed when the command ends)."""
+
     config_path: str | None
     started: float = field(default_factory=time.monotonic)
     """When the command started (``time.monotonic``): the process's start-up when run as
@@ -99,6 +111,7 @@ class Context:
 
     @property
     def config(self) -> Config:
+        """The command's config, loaded once."""
         if self._config is None:
             self._config = load_config(self.config_path)
         return self._config
@@ -123,11 +136,13 @@ class Context:
         return store
 
     def close(self) -> None:
+        """Close every store this command opened."""
         for store in self._stores:
             store.close()
         self._stores.clear()
 
     def store(self, *, migrate: bool = False) -> Store:
+        """The configured database with its schema checked (``migrate``: brought up to date)."""
         store = self.open_store()
         if migrate:
             store.upgrade()
@@ -218,6 +233,7 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: s
 
 
 def example_config() -> Path:
+    """The commented starter config shipped with this install."""
     here = Path(__file__).resolve().parent
     for candidate in (
         here / "data" / "newsletter.example.yaml",
@@ -337,7 +353,8 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
         sys.exit(1)
 
 
-def print_fetch_report(report: Any) -> None:
+def print_fetch_report(report: FetchReport) -> None:
+    """The fetch's table (one row per source), its totals, and each error and skipped entry."""
     # A light box and unbreakable cells keep the table readable in an 80-column terminal.
     table = Table(
         title="Fetch", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
@@ -1698,6 +1715,7 @@ def sink(maildir: Path, port: int) -> None:
 
 
 def main() -> None:
+    """The ``newsletter`` program."""
     from newsletter import STARTED
 
     cli(prog_name="newsletter", obj=STARTED)

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SourceReport:
+    """What fetching one source did: entries read, papers stored by kind, what was skipped
+    and the errors met."""
+
     source: str
     url: str
     entries: int = 0
@@ -46,6 +49,7 @@ class SourceReport:
 
     @property
     def ok(self) -> bool:
+        """No error was met."""
         return not self.errors
 
     @property
@@ -84,30 +88,38 @@ class SourceReport:
 
 @dataclass(frozen=True, slots=True)
 class FetchReport:
+    """What one fetch did, source by source, with the totals."""
+
     sources: tuple[SourceReport, ...] = field(default=())
 
     @property
     def new(self) -> int:
+        """Papers announced as new, over every source."""
         return sum(s.new for s in self.sources)
 
     @property
     def updated(self) -> int:
+        """Stored papers that changed, over every source."""
         return sum(s.updated for s in self.sources)
 
     @property
     def unannounced(self) -> int:
+        """Papers stored without being announced as new, over every source."""
         return sum(s.unannounced for s in self.sources)
 
     @property
     def entries(self) -> int:
+        """Entries read, over every source."""
         return sum(s.entries for s in self.sources)
 
     @property
     def skipped(self) -> int:
+        """Entries not stored (each with its reason in its source's report)."""
         return sum(len(s.skipped) for s in self.sources)
 
     @property
     def failed(self) -> tuple[SourceReport, ...]:
+        """The sources that met an error."""
         return tuple(s for s in self.sources if not s.ok)
 
     def as_json(self) -> dict[str, Any]:
