@@ -15,8 +15,6 @@ from email.utils import format_datetime
 from typing import TYPE_CHECKING
 
 from newsletter.config import Config
-from newsletter.deliver import Envelope, make_message_id
-from newsletter.deliver.dkim import maybe_sign
 from newsletter.errors import NewsletterError
 
 if TYPE_CHECKING:
@@ -36,6 +34,9 @@ def alert(
 ) -> bool:
     """Log the alert and mail it to ``alerts.email`` if set, through ``services``' relay and
     DKIM signer (loaded once per process). True when a mail went out."""
+    from newsletter.deliver.dkim import maybe_sign  # loaded when an alert is mailed, not at start
+    from newsletter.deliver.message import Envelope, make_message_id
+
     log.error("ALERT: %s", subject, extra={"alert": subject, "detail": body})
     to = config.settings.alerts.email
     if not to or relay_broken:

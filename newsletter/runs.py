@@ -21,18 +21,20 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from newsletter.alerts import alert
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.deliver import MailerFactory
 from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.ingest import FetchReport, run_fetch
 from newsletter.logs import step
 from newsletter.models import RunRecord
 from newsletter.schedule import ARXIV_TZ, announces_on
 from newsletter.store import Store
+
+if TYPE_CHECKING:
+    from newsletter.deliver.smtp import MailerFactory
 
 log = logging.getLogger(__name__)
 

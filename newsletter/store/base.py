@@ -9,6 +9,8 @@ is why they live here and not in :mod:`.db`: the mixins import this module, neve
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +41,34 @@ _T = TypeVar("_T")
 
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+_REVISION_LINE = re.compile(
+    r"""^(down_revision|revision)\s*(?::[^=]*)?=\s*(?:["']([^"']+)["']|None)""", re.M
+)
+
+
+@functools.cache
+def migrations_head() -> str | None:
+    """The head of the migration chain in :data:`MIGRATIONS`, read from the files' ``revision``
+    and ``down_revision`` lines without loading Alembic (``tests/test_store.py`` checks it
+    against Alembic's own answer); Alembic decides when the chain has branches."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        found = dict((k, v) for k, v in _REVISION_LINE.findall(path.read_text(encoding="utf-8")))
+        if found.get("revision"):
+            revisions.add(found["revision"])
+        if found.get("down_revision"):
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    if len(heads) == 1:
+        return heads.pop()
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
 
 
 def normalize_url(url: str) -> str:
@@ -327,16 +357,26 @@ class StoreBase:
             raise self.error(e) from e
 
     def current_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
+        """The schema revision the database is at (``None``: never migrated).
+
+        Read from Alembic's ``alembic_version`` table directly: loading Alembic costs every
+        command a quarter of a second at start-up, and only ``db upgrade`` needs it."""
+        from sqlalchemy import inspect
 
         with self.engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+        if len(rows) > 1:  # branches: let Alembic say what it makes of them
+            from alembic.runtime.migration import MigrationContext
+
+            with self.engine.connect() as conn:
+                return MigrationContext.configure(conn).get_current_revision()
+        return str(rows[0][0]) if rows else None
 
     def head_revision(self) -> str | None:
-        from alembic.script import ScriptDirectory
-
-        with self.engine.connect() as conn:
-            return ScriptDirectory.from_config(self._alembic_config(conn)).get_current_head()
+        """The revision this code's migrations lead to (:func:`migrations_head`)."""
+        return migrations_head()
 
     def check_schema(self) -> None:
         """Raise :class:`StoreError` with the fix when the database is not migrated."""

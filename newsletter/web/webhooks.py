@@ -27,6 +27,7 @@ from newsletter.bounces import webhooks as hooks
 from newsletter.bounces.decide import BounceDecider
 from newsletter.bounces.events import BounceEvent, EventSource
 from newsletter.bounces.settings import BounceSettings
+from newsletter.bounces.webhook_settings import WebhookSettings
 from newsletter.errors import NewsletterError
 from newsletter.store import Store
 from newsletter.subscribe import Clock
@@ -64,7 +65,7 @@ def store_applier(store: Store, settings: BounceSettings) -> ApplyEvents:
 class WebhookState:
     """What the routes share: settings, clock, where events go, and the replay memories."""
 
-    settings: hooks.WebhookSettings
+    settings: WebhookSettings
     now: Clock
     apply_events: ApplyEvents
     certificates: sns.Certificates = field(default_factory=sns.Certificates)
