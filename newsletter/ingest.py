@@ -45,6 +45,7 @@ class SourceReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the source was fetched and read without errors."""
         return not self.errors
 
     @property
@@ -59,26 +60,32 @@ class FetchReport:
 
     @property
     def new(self) -> int:
+        """Papers stored for the first time, over all sources."""
         return sum(s.new for s in self.sources)
 
     @property
     def updated(self) -> int:
+        """Stored papers a source changed (a new version or better text), over all sources."""
         return sum(s.updated for s in self.sources)
 
     @property
     def unannounced(self) -> int:
+        """Papers stored but not announced as new, over all sources."""
         return sum(s.unannounced for s in self.sources)
 
     @property
     def entries(self) -> int:
+        """Entries the sources listed, over all sources."""
         return sum(s.entries for s in self.sources)
 
     @property
     def skipped(self) -> int:
+        """Entries left out as unusable, over all sources."""
         return sum(len(s.skipped) for s in self.sources)
 
     @property
     def failed(self) -> tuple[SourceReport, ...]:
+        """The sources that reported errors."""
         return tuple(s for s in self.sources if not s.ok)
 
 
