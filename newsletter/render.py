@@ -83,9 +83,11 @@ class FeedbackUrls(Protocol):
     makes them). Tokens are URL-safe as they are, so only the prefix is ever escaped."""
 
     @property
-    def prefix(self) -> str: ...
+    def prefix(self) -> str:
+        """``{base_url}/feedback/``: what every token is appended to."""
 
-    def token(self, item: DigestItem, value: int) -> str: ...
+    def token(self, item: DigestItem, value: int) -> str:
+        """The signed token for a vote of ``value`` (+1 or -1) on ``item``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +344,7 @@ def emphasis(text: str) -> markupsafe.Markup:
 
 
 def thousands(n: int) -> str:
+    """``n`` with thousands separators (``12,345``)."""
     return f"{n:,}"
 
 
@@ -489,9 +492,11 @@ class Renderer:
 
     @property
     def fast(self) -> bool:
+        """Whether the CSS was inlined once (else premailer runs for every message)."""
         return self.inlined is not None
 
     def subject(self, digest: Digest) -> str:
+        """The digest's subject line (on one line, for the header)."""
         count = len(digest.items)
         topics = _topics(digest)
         if count == 0:
@@ -530,6 +535,7 @@ class Renderer:
         return html, text
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
+        """The values the digest templates are rendered with."""
         sections = [s for s in digest.sections if s.items]
         # A topic with nothing strong today says so, rather than padding with weak matches.
         grouped = self.settings.digest.group_by_topic
@@ -552,6 +558,7 @@ class Renderer:
         }
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
+        """The digest as subject, preheader, HTML (CSS inlined) and plain text."""
         ctx = self.context(digest, links)
         html_links = text_links = None
         if links.feedback is not None:

@@ -115,6 +115,8 @@ def check_timezone(value: str) -> str:
 
 
 def parse_address(value: str) -> str:
+    """``value`` as a normalized address; raises :class:`InvalidRequest` (field ``email``) when it
+    is not one."""
     if len(value) > 320:
         raise InvalidRequest("email", "an address is at most 320 characters")
     try:
@@ -342,6 +344,7 @@ class Subscriptions:
     # ------------------------------------------------------------ links
 
     def links(self, subscriber: Subscriber) -> Links:
+        """The subscriber's manage and unsubscribe links."""
         base = self.settings.sender.base_url
         payload = {"s": subscriber.id, "e": subscriber.email}
         return Links(
