@@ -29,6 +29,12 @@ characters as references, so the HTML is ASCII (several times faster to join, ha
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
+
+Why one module of this length: the Jinja environment (memoized filters, the fragment cache and
+its feedback holes) and the :class:`Renderer` share private per-message state (the ``_READER``
+and ``_CACHING`` context variables), and with the inlining they keep one promise: the fast path
+writes the same message as premailer per message would. Split, that state would have to become
+public. Most of the rest is the explanation above and the small filters the templates use.
 """
 
 from __future__ import annotations

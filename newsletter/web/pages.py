@@ -3,6 +3,11 @@
 GETs never change anything (link scanners follow them): confirm, unsubscribe and "more/less
 like this" links open a page with one button. The unsubscribe URL also takes the RFC 8058 one-click POST that mail
 clients send from the ``List-Unsubscribe`` header.
+
+Why one module of this length: it is one short section per page (subscribe, confirm, manage,
+feedback, unsubscribe, archive), mostly a GET and a POST each, all sharing the page helpers, the
+CSRF check and the wording of :func:`token_problem`; the logic behind them lives elsewhere
+(:mod:`newsletter.subscribe`, :mod:`newsletter.feedback`).
 """
 
 from __future__ import annotations
