@@ -130,14 +130,17 @@ class SenderSettings(_Strict):
 
     @property
     def from_address(self) -> str:
+        """The address part of ``from``."""
         return parseaddr(self.from_)[1]
 
     @property
     def from_name(self) -> str:
+        """The display name part of ``from`` (empty when there is none)."""
         return parseaddr(self.from_)[0]
 
     @property
     def message_domain(self) -> str:
+        """The domain of Message-IDs: ``domain``, else that of the ``from`` address."""
         return self.domain or self.from_address.rpartition("@")[2]
 
 
@@ -166,6 +169,7 @@ class SmtpSettings(_Strict):
         return None if value is None else _check_address(value)
 
     def password(self) -> str | None:
+        """The relay password from the environment variable ``password_env``, or ``None``."""
         return os.environ.get(self.password_env)
 
 
@@ -406,9 +410,11 @@ class TopicSettings(_Strict):
 
     @property
     def label(self) -> str:
+        """The topic's title, else its name made readable."""
         return self.title or self.name.replace("-", " ").replace("_", " ").capitalize()
 
     def match_rules(self) -> bool:
+        """Whether the topic says what matches it (keywords, all, categories or authors)."""
         return bool(self.keywords or self.all or self.categories or self.authors)
 
     def conflicts(self) -> list[str]:
@@ -605,6 +611,7 @@ class WebSettings(_Strict):
         return value.strip()
 
     def admin_token(self) -> str | None:
+        """The admin token from the environment variable ``admin_token_env``, or ``None``."""
         return os.environ.get(self.admin_token_env) or None
 
 
@@ -782,6 +789,7 @@ class Settings(_Strict):
         return {s.name for s in self.sources if s.enabled}
 
     def topic(self, name: str) -> TopicSettings:
+        """The topic called ``name``; raises :class:`KeyError` when there is none."""
         for topic in self.topics:
             if topic.name == name:
                 return topic
@@ -798,6 +806,7 @@ class Config:
 
     @property
     def base_dir(self) -> Path:
+        """The folder of the config file: relative paths in it start there."""
         return self.path.parent
 
     def resolve(self, location: str) -> str:
@@ -807,6 +816,7 @@ class Config:
         return str((self.base_dir / location).resolve())
 
     def templates_dir(self) -> Path | None:
+        """The absolute ``digest.templates_dir``, or ``None`` for the built-in templates."""
         d = self.settings.digest.templates_dir
         return None if d is None else (self.base_dir / d).resolve()
 

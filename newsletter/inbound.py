@@ -179,6 +179,8 @@ class InboundHandler:
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, options: Any
     ) -> str:
+        """Accept the request address (or any, when none is set) and the bounce address; refuse
+        others with 550."""
         if self.bounces is not None and self.bounces.accepts(address):
             envelope.rcpt_tos.append(address)
             return "250 OK"
@@ -189,6 +191,8 @@ class InboundHandler:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        """Record bounces and answer the commands in the message; the SMTP reply says whether it
+        was taken."""
         data = envelope.original_content or envelope.content
         if len(data) > self.settings.max_size:
             return "552 5.3.4 message too big for a command"

@@ -49,7 +49,7 @@ class SourceReport:
 
     @property
     def ok(self) -> bool:
-        """No error was met."""
+        """Whether the source was fetched and read without errors."""
         return not self.errors
 
     @property
@@ -94,32 +94,32 @@ class FetchReport:
 
     @property
     def new(self) -> int:
-        """Papers announced as new, over every source."""
+        """Papers stored for the first time, over all sources."""
         return sum(s.new for s in self.sources)
 
     @property
     def updated(self) -> int:
-        """Stored papers that changed, over every source."""
+        """Stored papers a source changed (a new version or better text), over all sources."""
         return sum(s.updated for s in self.sources)
 
     @property
     def unannounced(self) -> int:
-        """Papers stored without being announced as new, over every source."""
+        """Papers stored but not announced as new, over all sources."""
         return sum(s.unannounced for s in self.sources)
 
     @property
     def entries(self) -> int:
-        """Entries read, over every source."""
+        """Entries the sources listed, over all sources."""
         return sum(s.entries for s in self.sources)
 
     @property
     def skipped(self) -> int:
-        """Entries not stored (each with its reason in its source's report)."""
+        """Entries left out as unusable, over all sources."""
         return sum(len(s.skipped) for s in self.sources)
 
     @property
     def failed(self) -> tuple[SourceReport, ...]:
-        """The sources that met an error."""
+        """The sources that reported errors."""
         return tuple(s for s in self.sources if not s.ok)
 
     def as_json(self) -> dict[str, Any]:

@@ -136,6 +136,7 @@ class RunLease:
                 log.warning("could not renew the lease of run %d: %s", self.id, e)
 
     def close(self) -> None:
+        """Stop renewing the heartbeat (the row itself is settled by the caller)."""
         self._stop.set()
         self._thread.join()
 

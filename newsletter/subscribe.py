@@ -8,6 +8,11 @@ answer whatever the address's state; the mail decides: a confirmation link for s
 subscribed, a "manage your subscription" mail for someone who is.
 
 Effects are passed in: the store, a mailer factory (``newsletter.deliver.Mailer``) and the clock.
+
+Why one module of this length: :class:`Subscriptions` is the one place the double opt-in rules
+live (request, confirm, change, unsubscribe, forget, the rate limits and the mails they send),
+and every entry point calls it; the functions above it are the checks it applies. Split, one set
+of rules would be spread over several modules.
 """
 
 from __future__ import annotations
@@ -115,6 +120,8 @@ def check_timezone(value: str) -> str:
 
 
 def parse_address(value: str) -> str:
+    """``value`` as a normalized address; raises :class:`InvalidRequest` (field ``email``) when it
+    is not one."""
     if len(value) > 320:
         raise InvalidRequest("email", "an address is at most 320 characters")
     try:
@@ -342,6 +349,7 @@ class Subscriptions:
     # ------------------------------------------------------------ links
 
     def links(self, subscriber: Subscriber) -> Links:
+        """The subscriber's manage and unsubscribe links."""
         base = self.settings.sender.base_url
         payload = {"s": subscriber.id, "e": subscriber.email}
         return Links(

@@ -99,9 +99,12 @@ class Tokens:
         return TokenFamily(self.secret, purpose, int(self._now().timestamp()))
 
     def make(self, purpose: Purpose, payload: Any) -> str:
+        """A signed token carrying ``payload`` for ``purpose``."""
         return str(self._serializer(purpose).dumps(payload))
 
     def read(self, purpose: Purpose, token: str, max_age: timedelta | None = None) -> Any:
+        """The payload of a token made for ``purpose``; raises :class:`TokenError` when it is
+        damaged, for another purpose or older than ``max_age``."""
         return self.read_signed(purpose, token, max_age)[0]
 
     def read_signed(
@@ -203,6 +206,7 @@ class TokenHead:
         self.text = text
 
     def make(self, tail: TokenTail) -> str:
+        """The token for this head followed by ``tail``."""
         inner = self._inner.copy()
         inner.update(tail.signed)
         outer = self._outer.copy()

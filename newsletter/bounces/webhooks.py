@@ -139,7 +139,8 @@ class Nonces:
 class CertificateSource(Protocol):
     """Where SNS signing keys come from (:class:`newsletter.bounces.sns.Certificates`)."""
 
-    def key_for(self, url: object) -> rsa.RSAPublicKey: ...
+    def key_for(self, url: object) -> rsa.RSAPublicKey:
+        """The public key of the signing certificate at ``url``."""
 
 
 # --- helpers ------------------------------------------------------------------------------------

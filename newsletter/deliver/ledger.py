@@ -118,6 +118,7 @@ class LedgerWriter:
         pending.done.wait()
 
     def close(self) -> None:
+        """Commit what is queued and stop the writer; raises the error of a write that failed."""
         self._queue.put(None)
         self._thread.join()
         self._raise_failed()

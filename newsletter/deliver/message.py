@@ -27,6 +27,7 @@ MIME_WRITER = MimeWriter()
 
 
 def make_message_id(domain: str) -> str:
+    """A new unique ``Message-ID`` (angle brackets included) in ``domain``."""
     return f"<{uuid.uuid4().hex}@{domain}>"
 
 

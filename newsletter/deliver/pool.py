@@ -114,12 +114,15 @@ class RateLimiter:
         return not aborted()
 
     def slow_down(self, pause: float) -> None:
+        """Halve the rate (down to one message a minute) and pause for ``pause`` seconds: the relay
+        throttled."""
         with self._lock:
             self.interval = min(60.0, self.interval * 2 if self.interval else 0.1)
             self._paused_until = max(self._paused_until, self.clock() + pause)
 
     @property
     def per_second(self) -> float | None:
+        """The current rate limit in messages per second, or ``None`` when unlimited."""
         return 1.0 / self.interval if self.interval else None
 
 

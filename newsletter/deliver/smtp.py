@@ -25,9 +25,11 @@ from newsletter.errors import DeliveryError, RelayError
 
 
 class Mailer(Protocol):
-    def send(self, envelope: Envelope) -> None: ...
+    def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay; raises :class:`DeliveryError` or :class:`RelayError`."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the connection, if one is open."""
 
 
 MailerFactory = Callable[[], Mailer]
@@ -138,6 +140,8 @@ class SmtpMailer:
         return f"{self.smtp.host}:{self.smtp.port}"
 
     def connect(self) -> _Tracking:
+        """A new logged-in connection to the relay; raises :class:`RelayError` naming the setting
+        to check."""
         s = self.smtp
         conn: _Tracking | None = None
         try:
@@ -188,6 +192,7 @@ class SmtpMailer:
         return conn
 
     def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay on the open connection (opened first when needed)."""
         try:
             self._send_once(envelope)
         except _ClosedWhileIdle:
@@ -363,6 +368,7 @@ class SmtpMailer:
         _close_quietly(conn)
 
     def close(self) -> None:
+        """Say QUIT and close the connection, if one is open."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:

@@ -103,6 +103,7 @@ class EditionBuilder:
         return Digest(subscriber, edition_date, sections, titles)
 
     def links(self, subscriber: Subscriber, edition_date: date) -> DigestLinks:
+        """The subscriber's unsubscribe, manage, view and feedback links for the edition."""
         base = self.settings.sender.base_url
         unsub = self.tokens.make(Purpose.UNSUBSCRIBE, {"s": subscriber.id, "e": subscriber.email})
         manage = self.tokens.make(Purpose.MANAGE, {"s": subscriber.id, "e": subscriber.email})
@@ -118,12 +119,15 @@ class EditionBuilder:
         )
 
     def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:
+        """The rendered digest and the links in it."""
         links = self.links(digest.subscriber, digest.edition_date)
         return self.renderer.render(digest, links), links
 
     def envelope(
         self, digest: Digest, rendered: RenderedDigest, links: DigestLinks, message_id: str
     ) -> Envelope:
+        """The message ready for the relay: built, with a VERP sender when bounces are on, and
+        DKIM-signed."""
         to = self.settings.smtp.dev_recipient or digest.subscriber.email
         envelope = build_message(
             rendered,

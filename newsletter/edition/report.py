@@ -70,6 +70,7 @@ class SendReport:
 
     @property
     def remaining(self) -> int | None:
+        """Subscribers the run did not get to, or ``None`` when the total is unknown."""
         if self.total is None:
             return None
         return max(0, self.total - self.considered - self.not_due - self.other_topics)
@@ -99,6 +100,7 @@ class SendReport:
         return self.sent / elapsed
 
     def error(self, line: str) -> None:
+        """Note one error line (the first :data:`MAX_ERRORS`; past that only counted)."""
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(line)
         else:

@@ -40,6 +40,7 @@ class SendRun:
 
     @property
     def id(self) -> int:
+        """The run's id in ``runs`` (once entered)."""
         assert self.lease is not None
         return self.lease.id
 

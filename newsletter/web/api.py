@@ -105,10 +105,12 @@ class DayOut(BaseModel):
 
 
 def problem(status: int, detail: str, field: str | None = None) -> JSONResponse:
+    """A problem answer: ``status`` with what is wrong and, if known, the field."""
     return JSONResponse(Problem(detail=detail, field=field).model_dump(), status_code=status)
 
 
 def out(sub: Subscriber) -> SubscriptionOut:
+    """The subscription as the API shows it."""
     return SubscriptionOut(
         email=sub.email,
         name=sub.name,

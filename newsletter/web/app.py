@@ -35,6 +35,7 @@ def create_app(
     mailer_factory: MailerFactory | None = None,
     now: Clock = utcnow,
 ) -> FastAPI:
+    """The web app on ``config`` and ``store``: pages, JSON API, ops routes and bounce webhooks."""
     env = make_environment(config.templates_dir())
     env.filters["http_url"] = http_url
     css = env.get_template("web/web.css").render()

@@ -28,6 +28,7 @@ class WebContext:
 
 
 def web_context(request: Request) -> WebContext:
+    """The app's :class:`WebContext` (a FastAPI dependency)."""
     ctx = request.app.state.web
     assert isinstance(ctx, WebContext)
     return ctx

@@ -33,6 +33,7 @@ def _label(value: str) -> str:
 
 
 def prometheus_text(snapshot: dict[str, Any]) -> str:
+    """The counts of :meth:`Store.ops_snapshot` in the Prometheus text format."""
     lines = [
         "# HELP newsletter_subscribers Subscribers by status.",
         "# TYPE newsletter_subscribers gauge",
@@ -97,6 +98,7 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
 
 @router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus metrics: subscribers, editions, runs and deliverability."""
     ctx = _ctx(request)
     from newsletter.runs import count_interrupted
 
