@@ -30,8 +30,8 @@ PROTOCOLS = [
     p.StoreProtocol,
 ]
 
-ATTRIBUTES = {"engine"}
-"""Protocol members that are data, not methods (set on the Store instance)."""
+ATTRIBUTES: set[str] = set()
+"""Protocol members that are data, not methods (none: the raw engine is not part of it)."""
 
 
 def _members(protocol: type) -> set[str]:

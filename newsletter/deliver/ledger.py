@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from newsletter.models import LedgerOp
-from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,9 @@ class LedgerWriter:
     thread and the claiming one) instead of one per connection.
     """
 
-    def __init__(self, store: Store, clock: Callable[[], datetime], *, max_batch: int = 64) -> None:
+    def __init__(
+        self, store: SendStore, clock: Callable[[], datetime], *, max_batch: int = 64
+    ) -> None:
         self.store = store
         self.clock = clock
         self.max_batch = max_batch

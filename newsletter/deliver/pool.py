@@ -51,7 +51,7 @@ from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Subscriber
 from newsletter.render import RenderedDigest
 from newsletter.stopping import at_once
-from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class SendPool:
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: SendStore,
         *,
         owner: str,
         clock: Callable[[], datetime],

@@ -15,11 +15,11 @@ from zoneinfo import ZoneInfo
 from newsletter.config import Settings
 from newsletter.models import Digest, DigestItem, Paper, TopicSection
 from newsletter.rank import Ranker
-from newsletter.store import Store
+from newsletter.store.protocol import StoreProtocol
 
 
 def sent_digest(
-    settings: Settings, store: Store, subscriber_id: int, edition_date: date
+    settings: Settings, store: StoreProtocol, subscriber_id: int, edition_date: date
 ) -> Digest | None:
     """The digest a subscriber was sent for ``edition_date``, with every paper it carried, or
     ``None`` when no such edition was delivered."""
@@ -72,7 +72,9 @@ def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
     return start, end
 
 
-def trending_on(settings: Settings, store: Store, day: date, *, per_topic: int = 10) -> DayPage:
+def trending_on(
+    settings: Settings, store: StoreProtocol, day: date, *, per_topic: int = 10
+) -> DayPage:
     """The papers first seen on ``day`` (in ``schedule.timezone``), ranked per topic."""
     tz = settings.schedule.timezone
     start, end = day_bounds(day, tz)

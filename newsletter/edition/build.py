@@ -25,7 +25,7 @@ from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.services import Services
-from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 from newsletter.tokens import Purpose
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ VOTES_SINCE = timedelta(days=365)
 
 
 def profile_examples(
-    config: Config, store: Store, papers: Sequence[Paper], now: datetime
+    config: Config, store: SendStore, papers: Sequence[Paper], now: datetime
 ) -> list[Paper]:
     """The papers reader profiles can use this run, besides the run's own: those readers voted
     on (within ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that

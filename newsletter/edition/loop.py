@@ -23,7 +23,7 @@ from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import SendRequest
 from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
 from newsletter.services import Services
-from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ CLAIM_CHUNK = 50
 
 
 def _batches(
-    store: Store, to: str | None, subscriber_ids: Sequence[int] | None
+    store: SendStore, to: str | None, subscriber_ids: Sequence[int] | None
 ) -> Iterator[list[Subscriber]]:
     if subscriber_ids is None:
         yield from store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=500)

@@ -39,6 +39,7 @@ from newsletter.logs import step
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.services import Services
 from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,9 @@ def send_chunk(
     return ChunkOutcome(total.as_chunk(), retry_ids=busy, busy=bool(busy))
 
 
-def _own_dates(store: Store, ids: Sequence[int], now: datetime) -> list[tuple[Subscriber, date]]:
+def _own_dates(
+    store: SendStore, ids: Sequence[int], now: datetime
+) -> list[tuple[Subscriber, date]]:
     return [
         (s, edition_date_for(s, now))
         for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, ids=ids)
@@ -207,13 +210,13 @@ def _own_dates(store: Store, ids: Sequence[int], now: datetime) -> list[tuple[Su
     ]
 
 
-def _in_flight_elsewhere(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+def _in_flight_elsewhere(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
     subs = _own_dates(store, ids, now)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
     return [s.id for s, d in subs if is_in_flight(statuses.get((s.id, d)))]
 
 
-def _unsettled(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+def _unsettled(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
     subs = _own_dates(store, ids, now)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
     return [s.id for s, d in subs if not is_settled(statuses.get((s.id, d)))]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from newsletter.bounces.score import ScoreState
 from newsletter.errors import StoreError
@@ -241,10 +241,6 @@ class Consent(Protocol):
 
 class Ledger(Protocol):
     """The edition ledger's writes: claims, begins, marks, releases (:mod:`.ledger`)."""
-
-    engine: Engine
-    """The raw engine: the sender's ledger writer opens its own connection on it (its errors
-    are SQLAlchemy's; map them with :meth:`Schema.error`)."""
 
     def writer_connection(self) -> Connection:
         """A connection of the ledger writer's own, for :meth:`apply_ledger` batches."""
