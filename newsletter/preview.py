@@ -7,11 +7,11 @@ made); ``newsletter preview --to EMAIL`` the rendered digest. Both read the stor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from newsletter.config import Config
 from newsletter.edition import EditionBuilder, edition_date_for
-from newsletter.edition.build import profile_examples
+from newsletter.edition.build import day_ranker
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
@@ -60,10 +60,7 @@ def rank_preview(
     """The ranking ``subscriber`` would get at ``now``: sections, scores, reasons and
     explanations, with the papers already sent to them left out."""
     settings = config.settings
-    papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
-    ranker = Ranker(
-        settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
-    )
+    papers, ranker = day_ranker(config, store, now)
     sent = store.sent_paper_ids([subscriber.id])[subscriber.id]
     votes = store.votes_of(subscriber.id)
     sections = ranker.sections(

@@ -55,6 +55,17 @@ def profile_examples(
     return [*examples, *found.values()]  # the Ranker adds the run's own like: papers
 
 
+def day_ranker(config: Config, store: SendStore, now: datetime) -> tuple[list[Paper], Ranker]:
+    """The papers first seen within ``digest.lookback_days`` of ``now`` and the ranker over
+    them, with the configured topics and the examples reader profiles use (what ``newsletter
+    send``, ``rank`` and ``preview`` all rank with)."""
+    papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
+    ranker = Ranker(
+        config.settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
+    )
+    return papers, ranker
+
+
 class EditionBuilder:
     """Everything needed to turn a subscriber into a digest and a message, built once per run."""
 
@@ -64,14 +75,7 @@ class EditionBuilder:
         self.settings = config.settings
         self.store = store
         self.now = now
-        since = now - timedelta(days=self.settings.digest.lookback_days)
-        self.papers = store.recent_papers(since)
-        self.ranker = Ranker(
-            self.settings.topics,
-            self.papers,
-            now,
-            examples=profile_examples(config, store, self.papers, now),
-        )
+        self.papers, self.ranker = day_ranker(config, store, now)
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = services.tokens
         self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
