@@ -1,6 +1,6 @@
 """Sending 10,000 digests to a local SMTP sink: the whole pipeline against raw smtplib.
 
-Fast path: ``run_send`` (claim in the ledger, rank, render, build, send-time suppression check,
+Fast path: ``send_editions`` (claim in the ledger, rank, render, build, send-time suppression check,
 hand to the relay over ``smtp.pool_size`` reused connections, record the outcome) for 10,000
 subscribers in a fresh SQLite database. Baseline ("the limit"): raw ``smtplib`` ``sendmail`` of
 one prebuilt digest, 10,000 times, over the same number of connections, to the same sink, in the
@@ -148,14 +148,14 @@ def seed(config_path: Path, n: int) -> None:
 
 
 def pipeline_main(config_path: str, prerendered: bool = False) -> None:
-    """``python -m bench.bench_deliver pipeline CONFIG [--prerendered]``: one run_send; prints JSON.
+    """``python -m bench.bench_deliver pipeline CONFIG [--prerendered]``: one send_editions; prints JSON.
 
     ``--prerendered`` is a diagnostic, not the target: each topic set's digest is rendered and
     built once and reused (recipient and Message-ID still per subscriber), which isolates the
     delivery part (claim, rank, ledger, pool, SMTP) from rendering and MIME building.
     """
     from newsletter.config import load_config
-    from newsletter.edition import run_send
+    from newsletter.edition import SendRequest, Services, send_editions
     from newsletter.store import Store
 
     if prerendered:
@@ -164,7 +164,7 @@ def pipeline_main(config_path: str, prerendered: bool = False) -> None:
     config = load_config(Path(config_path))
     store = Store(config.database_url)
     started = time.perf_counter()
-    report = run_send(config, store, NOW)
+    report = send_editions(Services(config, store), NOW, SendRequest())
     seconds = time.perf_counter() - started
     store.close()
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -227,7 +227,7 @@ def run_pipeline(
 def prebuilt_message(tmp: Path, port: int) -> bytes:
     """One real digest as the pipeline builds it (rendered and built once, then reused)."""
     from newsletter.config import load_config
-    from newsletter.edition import EditionBuilder
+    from newsletter.edition import EditionBuilder, Services
     from newsletter.store import Store
 
     work = tmp / "prebuilt"
@@ -236,7 +236,7 @@ def prebuilt_message(tmp: Path, port: int) -> bytes:
     seed(cfg, 3)
     config = load_config(cfg)
     store = Store(config.database_url)
-    builder = EditionBuilder(config, store, NOW)
+    builder = EditionBuilder(Services(config, store), NOW)
     [batch] = list(store.iter_subscribers())
     sub = batch[2]
     digest = builder.digest(sub, NOW.date(), set())
@@ -300,7 +300,7 @@ def main(quick: bool) -> str:
             "## Delivery (claim, rank, render, build, send, record)",
             "",
             f"{n:,} digests ({len(data) / 1000:.0f} KB each) to a local aiosmtpd sink in its own "
-            f"process, over {POOL} reused connections. The pipeline is `run_send` against a fresh "
+            f"process, over {POOL} reused connections. The pipeline is `send_editions` against a fresh "
             "SQLite database (every message claimed, checked at send time and recorded in the "
             "ledger); the limit is raw `smtplib` `sendmail` of one prebuilt digest over the same "
             f"{POOL} connections, measured before and after the pipeline (the faster of the two).",
@@ -308,7 +308,7 @@ def main(quick: bool) -> str:
             "| path | time | messages/s |",
             "|---|---:|---:|",
             f"| raw smtplib, prebuilt message (the limit) | {raw_s:.1f} s | {raw_rate:,.0f} |",
-            f"| whole pipeline (`run_send`) | {pipe['seconds']:.1f} s | {pipe_rate:,.0f} |",
+            f"| whole pipeline (`send_editions`) | {pipe['seconds']:.1f} s | {pipe_rate:,.0f} |",
             f"| diagnostic: same, each topic set rendered and built once | {part['seconds']:.1f} s "
             f"| {part_rate:,.0f} |",
             "",

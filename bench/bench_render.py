@@ -3,7 +3,7 @@
 Fast path: :class:`newsletter.render.Renderer` (the template's CSS inlined once when the renderer
 is built; per message a Jinja render of the HTML and the text part, with per-paper values
 memoized) and :func:`newsletter.deliver.build_message` (hand-assembled MIME,
-:mod:`newsletter.mime`). Naive path, in the same run: render, then ``premailer.transform`` on
+:mod:`newsletter.deliver.mime`). Naive path, in the same run: render, then ``premailer.transform`` on
 every message (``Renderer(inline_once=False)``), then ``EmailMessage`` + ``as_bytes``
 (``tests/digests.py`` ``email_message_bytes``, the code ``build_message`` used before).
 

@@ -234,7 +234,7 @@ def run_sqlite(config: Path, sink: Sink, n: int, log: Path) -> Run:
 
 
 def run_workers(config: Path, sink: Sink, n: int, workers: int, tmp: Path) -> Run:
-    from newsletter.workers import ping_worker
+    from newsletter.edition.workers import ping_worker
 
     cfg = load_config(config)
     names = [f"bench{i}-{uuid.uuid4().hex[:6]}@%h" for i in range(workers)]
@@ -294,14 +294,14 @@ def raw_handoff(sink: Sink, message: bytes, seconds: float) -> float:
 def one_message(config: Path) -> bytes:
     """A real digest of this benchmark, as the product builds it (for the raw hand-off)."""
     from newsletter.deliver import make_message_id
-    from newsletter.edition import EditionBuilder, edition_date_for
+    from newsletter.edition import EditionBuilder, Services, edition_date_for
     from newsletter.models import SubscriberStatus
 
     cfg = load_config(config)
     store = Store(cfg.database_url)
     try:
         now = utcnow()
-        builder = EditionBuilder(cfg, store, now)
+        builder = EditionBuilder(Services(cfg, store), now)
         sub = next(iter(store.iter_subscribers(SubscriberStatus.ACTIVE, batch=1)))[0]
         digest = builder.digest(sub, edition_date_for(sub, now), set())
         rendered, links = builder.render(digest)
@@ -314,14 +314,14 @@ def one_message(config: Path) -> bytes:
 
 
 STAGES = (
-    ("papers, ranker, templates (once per run)", "edition.py", "__init__"),
+    ("papers, ranker, templates (once per run)", "build.py", "__init__"),
     ("rank (per subscriber)", "rank.py", "sections"),
     ("render (HTML + text)", "render.py", "render"),
-    ("build the MIME message", "deliver.py", "build_message"),
-    ("SMTP hand-off", "deliver.py", "send"),
-    ("ledger: claim", "db.py", "claim_edition"),
-    ("ledger: mark sending/sent", "db.py", "mark_edition"),
-    ("ledger: re-read subscriber", "db.py", "subscriber_by_id"),
+    ("build the MIME message", "message.py", "build_message"),
+    ("SMTP hand-off", "smtp.py", "send"),
+    ("ledger: claim", "ledger.py", "claim_editions"),
+    ("ledger: mark sending/sent", "ledger.py", "mark_edition"),
+    ("ledger: re-read subscriber", "subscribers.py", "subscriber_by_id"),
 )
 
 
@@ -330,14 +330,14 @@ def where_the_time_goes(config: Path, n: int) -> list[tuple[str, float]]:
     import cProfile
     import pstats
 
-    from newsletter.edition import run_send
+    from newsletter.edition import SendRequest, Services, send_editions
 
     cfg = load_config(config)
     store = Store(cfg.database_url)
     try:
         profile = cProfile.Profile()
         profile.enable()
-        report = run_send(cfg, store, utcnow())
+        report = send_editions(Services(cfg, store), utcnow(), SendRequest())
         profile.disable()
     finally:
         store.close()

@@ -12,11 +12,13 @@ from datetime import datetime
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime
+from typing import TYPE_CHECKING
 
 from newsletter.config import Config
-from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, make_message_id
 from newsletter.errors import NewsletterError
-from newsletter.signing import DkimSigner, maybe_sign
+
+if TYPE_CHECKING:
+    from newsletter.services import Services
 
 log = logging.getLogger("newsletter.alerts")
 
@@ -27,10 +29,14 @@ def alert(
     body: str,
     now: datetime,
     *,
-    mailer_factory: MailerFactory | None = None,
+    services: Services,
     relay_broken: bool = False,
 ) -> bool:
-    """Log the alert and mail it to ``alerts.email`` if set. True when a mail went out."""
+    """Log the alert and mail it to ``alerts.email`` if set, through ``services``' relay and
+    DKIM signer (loaded once per process). True when a mail went out."""
+    from newsletter.deliver.dkim import maybe_sign  # loaded when an alert is mailed, not at start
+    from newsletter.deliver.message import Envelope, make_message_id
+
     log.error("ALERT: %s", subject, extra={"alert": subject, "detail": body})
     to = config.settings.alerts.email
     if not to or relay_broken:
@@ -47,9 +53,9 @@ def alert(
     envelope = Envelope(
         sender.from_address, to, msg.as_bytes(policy=policy.SMTP), str(msg["Message-ID"])
     )
-    mailer = (mailer_factory or (lambda: SmtpMailer(config.settings.smtp)))()
+    mailer = services.mailer_factory()
     try:
-        mailer.send(maybe_sign(DkimSigner.from_config(config), envelope))
+        mailer.send(maybe_sign(services.signer, envelope))
         return True
     except NewsletterError as e:
         log.error("could not mail the alert to %s: %s", to, e)

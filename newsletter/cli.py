@@ -1,10 +1,16 @@
 """The ``newsletter`` command: a thin layer over the same functions the scheduler and web use.
 
-Why one long module: it is the click command tree (each command a few lines of options, a call
-and its report), which reads best in one place. It still holds domain logic (seeding
-subscribers, CSV export; the import moved to ``newsletter.importer``) that belongs elsewhere;
-moving it out is part of the send-path redesign (issue 18), which splits this file along with
-``edition``/``deliver``.
+Each command parses its options, calls one domain function and prints what it returns; the
+domain parts live elsewhere: :mod:`newsletter.seeding` (the config's subscribers),
+:mod:`newsletter.importer` and :mod:`newsletter.exporter` (CSV in and out, one subscriber's
+record), :mod:`newsletter.preview` (``rank`` and ``preview``), :mod:`newsletter.status`
+(``status``), :mod:`newsletter.ingest` (the fetch report).
+
+Why one long module: it is the click command tree, 23 commands of options, help text,
+error wording and output formatting, which reads best in one place. What still makes it longer
+than that: the send command's wiring (``do_send``, ``send_by_workers``, ``SendProgress``,
+``print_send_report``), which moves to the ``edition`` package with the send-path redesign
+(issue 18), and the operator's checks in ``subscribers add`` and ``subscribers set``.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich import box
@@ -36,8 +43,14 @@ from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.errors import ExitStatus, NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.seeding import seed_subscribers
 from newsletter.store import Store
 from newsletter.text import counted, strip_controls
+
+if TYPE_CHECKING:  # imported when used: they load the renderer, the relay and DKIM
+    from newsletter.edition import SendReport, SendRequest
+    from newsletter.ingest import FetchReport
+    from newsletter.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +102,20 @@ def setup_output() -> None:
 
 @dataclass
 class Context:
+    """What every command shares: the config (loaded on first use) and the stores it opened
+    (closed when the command ends)."""
+
     config_path: str | None
     started: float = field(default_factory=time.monotonic)
     """When the command started (``time.monotonic``): the process's start-up when run as
     ``newsletter``, so a "Took" line includes start-up, config and database set-up."""
     _config: Config | None = None
     _stores: list[Store] = field(default_factory=list)
+    _services: Services | None = None
 
     @property
     def config(self) -> Config:
+        """The command's config, loaded once."""
         if self._config is None:
             self._config = load_config(self.config_path)
         return self._config
@@ -122,11 +140,22 @@ class Context:
         return store
 
     def close(self) -> None:
+        """Close every store this command opened."""
         for store in self._stores:
             store.close()
         self._stores.clear()
 
+    def services(self) -> Services:
+        """This command's effects (:class:`~newsletter.services.Services`) over its database,
+        built once."""
+        if self._services is None:
+            from newsletter.services import Services
+
+            self._services = Services(self.config, self.store())
+        return self._services
+
     def store(self, *, migrate: bool = False) -> Store:
+        """The configured database with its schema checked (``migrate``: brought up to date)."""
         store = self.open_store()
         if migrate:
             store.upgrade()
@@ -158,50 +187,24 @@ def _open_stores() -> list[Store]:
 @contextmanager
 def errors() -> Iterator[None]:
     """Turn newsletter's own errors, and a database that fails under a command, into one clear
-    line on stderr and the exit status of their kind (:class:`ExitStatus`)."""
+    line on stderr and the exit status of their kind (:class:`ExitStatus`).
+
+    The Store raises every database failure of its methods as a :class:`StoreError` (a
+    ``NewsletterError``). The ``DBAPIError`` branch is for the one place that still uses the
+    database raw: the send path's ledger writer opens connections on ``store.engine`` itself.
+    """
     from sqlalchemy.exc import DBAPIError
 
     try:
         yield
     except NewsletterError as e:
         fail(str(e), e.exit_status)
-    except DBAPIError as e:
+    except DBAPIError as e:  # store.engine used directly (the ledger writer); see above
         stores = _open_stores()
         error = stores[-1].error(e) if stores else None
         if error is None:
             fail(f"database error: {' '.join(str(e.orig).split())}")
         fail(str(error), error.exit_status)
-
-
-def seed_subscribers(
-    config: Config, store: Store, report: Callable[[str], None] | None = None
-) -> int:
-    """Insert the subscribers listed in the config that the database does not have yet.
-
-    An address that unsubscribed, was suppressed or erased is not added back (consent comes
-    from the address, not the config): ``report`` (default: the log) is told why.
-    """
-    from newsletter.subscribe import consent_block
-
-    now = utcnow()
-    added = 0
-    for i, seed in enumerate(config.settings.subscribers):
-        if store.get_subscriber(seed.email) is None:
-            blocked = consent_block(config, store, seed.email)
-            if blocked is not None:
-                note = f"{config.path}: subscribers[{i}]: {blocked}"
-                (report or log.info)(note)
-                continue
-        _, created = store.add_subscriber(
-            seed.email,
-            name=seed.name,
-            topics=seed.topics,
-            timezone=seed.timezone or config.settings.schedule.timezone,
-            now=now,
-            consent={"how": "config", "when": now.isoformat(), "where": str(config.path)},
-        )
-        added += int(created)
-    return added
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -248,6 +251,7 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: s
 
 
 def example_config() -> Path:
+    """The commented starter config shipped with this install."""
     here = Path(__file__).resolve().parent
     for candidate in (
         here / "data" / "newsletter.example.yaml",
@@ -360,51 +364,15 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
                 ),
             )
     if as_json:
-        click.echo(json.dumps(fetch_report_json(report), indent=2))
+        click.echo(json.dumps(report.as_json(), indent=2))
     else:
         print_fetch_report(report)
     if report.failed and len(report.failed) == len(report.sources):
         sys.exit(1)
 
 
-def _status(s: Any) -> str:
-    if s.not_modified:
-        return "not modified (304)"
-    if not s.errors:
-        return "ok"
-    return "partial" if s.stored else "failed"
-
-
-def fetch_report_json(report: Any) -> dict[str, Any]:
-    return {
-        "entries": report.entries,
-        "new": report.new,
-        "updated": report.updated,
-        "unannounced": report.unannounced,
-        "skipped": report.skipped,
-        "failed_sources": [s.source for s in report.failed],
-        "sources": [
-            {
-                "source": s.source,
-                "url": s.url,
-                "status": _status(s),
-                "entries": s.entries,
-                "new": s.new,
-                "updated": s.updated,
-                "unchanged": s.unchanged,
-                "unannounced": s.unannounced,
-                "merged": s.merged,
-                "not_modified": s.not_modified,
-                "skipped": [{"what": k.what, "reason": k.reason} for k in s.skipped],
-                "errors": list(s.errors),
-                "seconds": round(s.seconds, 3),
-            }
-            for s in report.sources
-        ],
-    }
-
-
-def print_fetch_report(report: Any) -> None:
+def print_fetch_report(report: FetchReport) -> None:
+    """The fetch's table (one row per source), its totals, and each error and skipped entry."""
     # A light box and unbreakable cells keep the table readable in an 80-column terminal.
     table = Table(
         title="Fetch", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False
@@ -417,7 +385,7 @@ def print_fetch_report(report: Any) -> None:
             overflow="fold",
         )
     for s in report.sources:
-        status = _status(s)
+        status = s.status
         colour = {"ok": "green", "failed": "red", "partial": "yellow"}.get(status, "cyan")
         table.add_row(
             shown(s.source),
@@ -550,9 +518,6 @@ def send(
     if force and not to:
         fail("--force re-sends one subscriber's edition: add --to EMAIL")
     with errors():
-        if topic is not None and topic not in {t.name for t in obj.config.settings.topics}:
-            names = ", ".join(t.name for t in obj.config.settings.topics)
-            fail(f"unknown topic {topic} (available: {names})")
         report = do_send(
             obj, to=to, dry_run=dry_run, do_fetch=do_fetch, topic=topic, force=force, wait=wait
         )
@@ -576,26 +541,28 @@ def do_send(
     topic: str | None = None,
     force: bool = False,
     wait: bool = True,
-) -> Any:
-    from newsletter.runs import fetch_step, send_step
+) -> SendReport | None:
+    """``newsletter send``: build the request, send it (here or by the workers), print it."""
+    from newsletter.edition import SendRequest, send
+    from newsletter.runs import fetch_step
 
     config = obj.config
-    store = obj.store()
+    services = obj.services()
+    store = services.store
     seed_subscribers(config, store)
-    if to is not None:
-        to = _address(to)
-        sub = store.get_subscriber(to)
-        if sub is None:
-            fail(
-                f"{to} is not a subscriber; add it with 'newsletter subscribers add {to} --topic NAME'"
-            )
-        if sub.status is not SubscriberStatus.ACTIVE:
-            fail(f"{to} is {sub.status.value}; only active subscribers get digests")
-    now = utcnow()
+    request = SendRequest(
+        to=to,
+        topic=topic,
+        force=force,
+        dry_run=dry_run,
+        keep_rendered=keep_rendered,
+        wait=wait,
+    ).validated(config, store)
+    now = services.clock()
     if do_fetch:
         print_fetch_report(fetch_step(config, store, now))
-    if config.settings.workers is not None and to is None and not dry_run:
-        return send_by_workers(config, store, now, topic=topic, wait=wait, started=obj.started)
+    if request.by_workers(config):
+        return send_by_workers(services, request, now, started=obj.started)
     from newsletter.logs import uses_json
     from newsletter.stopping import StopRequest, stop_on_signals
 
@@ -603,18 +570,8 @@ def do_send(
         SendProgress(err_console, enabled=not dry_run, as_log=uses_json()) as progress,
         stop_on_signals(StopRequest(), _stop_notice) as stop,
     ):
-        report = send_step(
-            config,
-            store,
-            now,
-            to=to,
-            topic=topic,
-            force=force,
-            dry_run=dry_run,
-            keep_rendered=keep_rendered,
-            progress=progress,
-            stop=stop,
-        )
+        report = send(services, request, now=now, progress=progress, stop=stop).report
+    assert report is not None  # sent in this process
     print_send_report(report, started=obj.started)
     if stop.at_once.is_set():  # senders may still wait for the relay: do not wait for them
         sys.stdout.flush()
@@ -636,12 +593,16 @@ def _stop_notice(name: str, at_once: bool) -> None:
 
 
 def send_by_workers(
-    config: Config, store: Store, now: Any, *, topic: str | None, wait: bool, started: float
-) -> Any:
+    services: Services, request: SendRequest, now: datetime, *, started: float
+) -> SendReport | None:
     """Queue the edition for the workers; with ``wait``, show progress and the summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from newsletter.workers import Enqueued, send_with_workers
+    from newsletter.edition import send
+    from newsletter.edition.workers import Enqueued
+
+    config = services.config
+    wait = request.wait
 
     queue = config.settings.workers.queue if config.settings.workers else ""
     bar = None
@@ -687,9 +648,9 @@ def send_by_workers(
             )
 
     try:
-        _, report = send_with_workers(
-            config, store, now, topic=topic, wait=wait, progress=progress, on_enqueued=enqueued
-        )
+        report = send(
+            services, request, now=now, chunk_progress=progress, on_enqueued=enqueued
+        ).report
     finally:
         if bar is not None:
             bar.stop()
@@ -915,22 +876,19 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 
     The file holds exactly the HTML part that 'newsletter send' would send (CSS inlined).
     """
-    from newsletter.edition import EditionBuilder, edition_date_for
+    from newsletter.preview import render_preview
 
     with errors():
         store, sub = known_subscriber(obj, to)
-        now = utcnow()
-        builder = EditionBuilder(obj.config, store, now)
-        sent = store.sent_paper_ids([sub.id])[sub.id]
-        digest = builder.digest(sub, edition_date_for(sub, now), sent, votes=store.votes_of(sub.id))
-        rendered, _ = builder.render(digest)
+        digest_preview = render_preview(obj.config, store, sub, utcnow())
+        rendered = digest_preview.rendered
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(rendered.html, encoding="utf-8")
         if text_out is not None:
             text_out.write_text(rendered.text, encoding="utf-8")
     console.print(f"Subject: {shown(rendered.subject)}", highlight=False)
-    console.print(f"Wrote {out} ({counted(len(digest.items), 'paper')}).")
-    if digest.is_empty and obj.config.settings.digest.empty == "skip":
+    console.print(f"Wrote {out} ({counted(len(digest_preview.digest.items), 'paper')}).")
+    if digest_preview.skipped:
         console.print(
             "Nothing new in these topics today: with digest.empty: skip this edition is not "
             "sent (the file shows the 'nothing new' note that digest.empty: send would send).",
@@ -946,52 +904,37 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 @click.pass_obj
 def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
-    from datetime import timedelta
-
-    from newsletter.edition import profile_examples
-    from newsletter.rank import Ranker
+    from newsletter.preview import rank_preview
 
     with errors():
-        config = obj.config
-        settings = config.settings
+        settings = obj.config.settings
         store, sub = known_subscriber(obj, to)
-        now = utcnow()
-        papers = store.recent_papers(now - timedelta(days=settings.digest.lookback_days))
-        ranker = Ranker(
-            settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
-        )
-        sent = store.sent_paper_ids([sub.id])[sub.id]
-        votes = store.votes_of(sub.id)
-        sections = ranker.sections(
-            sub.topics,
-            exclude_ids=sent,
-            max_items=settings.digest.max_items,
-            group_by_topic=settings.digest.group_by_topic,
-            votes=votes,
-        )
+        ranking = rank_preview(obj.config, store, sub, utcnow())
     console.print(
         f"{shown(sub.email)} ({sub.status.value}): topics {shown(', '.join(sub.topics)) or 'none'}; "
-        f"{counted(len(papers), 'paper')} first seen here in the last "
+        f"{counted(ranking.papers, 'paper')} first seen here in the last "
         f"{counted(settings.digest.lookback_days, 'day')} (digest.lookback_days; the ages "
-        f"below count from publication), {len(sent)} already sent to them"
-        + (f"; {len(votes)} of their votes reorder their topics." if votes else "."),
+        f"below count from publication), {ranking.already_sent} already sent to them"
+        + (f"; {ranking.votes} of their votes reorder their topics." if ranking.votes else "."),
         highlight=False,
     )
-    missing = [t for t in sub.topics if t not in ranker.topics]
-    if missing:
-        console.print(f"Topics no longer in the config (ignored): {shown(', '.join(missing))}")
-    for section in sections:
-        console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.items)})", highlight=False)
-        if not section.items:
+    if ranking.missing_topics:
+        console.print(
+            f"Topics no longer in the config (ignored): {shown(', '.join(ranking.missing_topics))}"
+        )
+    for section in ranking.sections:
+        console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.papers)})", highlight=False)
+        if not section.papers:
             console.print("  nothing strong in this topic today")
-        left_out = ranker.left_out.get(section.name, 0)
+        left_out = section.left_out
         if left_out:
             console.print(
                 f"  ({left_out} weaker {'match' if left_out == 1 else 'matches'} left out: a "
                 "single passing mention, or far below the best; see docs/topics.md)",
                 highlight=False,
             )
-        for n, item in enumerate(section.items, start=1):
+        for n, ranked in enumerate(section.papers, start=1):
+            item = ranked.item
             console.print(
                 f"{n:3}. {item.score:8.3f}  {shown(item.paper.key)}  {shown(item.paper.title)}",
                 highlight=False,
@@ -999,7 +942,7 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
             console.print(f"               {shown(item.reason)}", highlight=False)
             if explain:
                 topic = "" if settings.digest.group_by_topic else f" (topic {shown(item.topic)})"
-                for line in ranker.explain(item).lines():
+                for line in ranked.explanation.lines():
                     console.print(f"               {shown(line)}{topic}", highlight=False)
                     topic = ""
 
@@ -1303,22 +1246,6 @@ def subscribers_remove(obj: Context, email: str, forget: bool) -> None:
     console.print(f"{'Erased' if forget else 'Unsubscribed'} {shown(address)}.", highlight=False)
 
 
-CSV_FIELDS = (
-    "email",
-    "name",
-    "status",
-    "topics",
-    "timezone",
-    "send_hour",
-    "frequency",
-    "created",
-    "confirmed",
-    "votes",
-)
-"""``votes``: the reader's "more/less like this" votes, ``+KEY`` or ``-KEY``, separated by
-spaces (import ignores the column)."""
-
-
 @subscribers.command("export")
 @click.option(
     "--status", type=click.Choice([s.value for s in SubscriberStatus]), help="Only this status."
@@ -1334,33 +1261,13 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
 
     The last column, votes, lists the reader's "more/less like this" votes as +PAPER / -PAPER.
     """
-    import csv
     import io
 
+    from newsletter.exporter import write_csv
+
     with errors():
-        store = obj.store()
         buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(CSV_FIELDS)
-        for batch in store.iter_subscribers(SubscriberStatus(status) if status else None):
-            votes = store.votes_for([s.id for s in batch])
-            for s in batch:
-                writer.writerow(
-                    [
-                        s.email,
-                        s.name,
-                        s.status.value,
-                        " ".join(s.topics),
-                        s.timezone,
-                        "" if s.send_hour is None else s.send_hour,
-                        s.frequency.value,
-                        s.created.isoformat(),
-                        s.confirmed.isoformat() if s.confirmed else "",
-                        " ".join(
-                            f"{'+' if v.more else '-'}{v.paper_key}" for v in votes.get(s.id, ())
-                        ),
-                    ]
-                )
+        write_csv(obj.store(), buf, SubscriberStatus(status) if status else None)
     if out is None:
         click.echo(buf.getvalue(), nl=False)
     else:
@@ -1574,34 +1481,12 @@ def subscribers_invite(obj: Context, email: str, topics: tuple[str, ...], tz: st
 def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     """Show one subscriber with their consent record (when, how, from where they agreed) and
     their "more/less like this" votes."""
+    from newsletter.exporter import subscriber_record
+
     with errors():
         store, sub = known_subscriber(obj, email, seed=False)
-        consent = store.consent_record(sub.id) or {}
-        votes = store.votes_of(sub.id)
-        bounce_score, bounce_history = store.bounce_score(sub.id), store.bounce_history(sub.id)
-    data: dict[str, Any] = {
-        "email": sub.email,
-        "name": sub.name,
-        "status": sub.status.value,
-        "topics": list(sub.topics),
-        "timezone": sub.timezone,
-        "send_hour": sub.send_hour,
-        "frequency": sub.frequency.value,
-        "created": sub.created.isoformat(),
-        "confirmed": sub.confirmed.isoformat() if sub.confirmed else None,
-        "consent": consent,
-        "votes": [
-            {
-                "paper": v.paper_key,
-                "title": v.title,
-                "vote": "more" if v.more else "less",
-                "topic": v.topic,
-                "when": v.created_at.isoformat(),
-            }
-            for v in votes
-        ],
-        "bounces": bounce_report.subscriber_json(bounce_score, bounce_history),
-    }
+        record = subscriber_record(store, sub)
+    data = record.as_json()
     if as_json:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
@@ -1611,19 +1496,19 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
     click.echo("   consent:")
-    history = consent.get("history") or ([consent] if consent else [])
+    history = record.consent_history
     if not history:
         click.echo("            (none recorded)")
     for entry in history:
         parts = [f"{k}={v}" for k, v in entry.items() if k != "history" and v not in ("", None)]
         click.echo(strip_controls("            " + "  ".join(parts)))
-    click.echo("     votes:" + ("" if votes else " (none)"))
-    for v in votes:
+    click.echo("     votes:" + ("" if record.votes else " (none)"))
+    for v in record.votes:
         kind = "more" if v.more else "less"
         click.echo(
             strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
         )
-    for line in bounce_report.subscriber_lines(bounce_score, bounce_history):
+    for line in bounce_report.subscriber_lines(record.bounce_score, record.bounce_history):
         click.echo(strip_controls(line))
 
 
@@ -1661,7 +1546,7 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, p
     a worker that dies leaves its chunk to the others (after workers.visibility_timeout), and
     the ledger makes sure no edition is sent twice.
     """
-    from newsletter.workers import run_worker
+    from newsletter.edition.workers import run_worker
 
     with errors():
         config = obj.config
@@ -1671,7 +1556,7 @@ def worker(obj: Context, concurrency: int | None, pool: str, name: str | None, p
                 "to send with Celery workers"
             )
         if ping:
-            from newsletter.workers import node_name, ping_worker
+            from newsletter.edition.workers import node_name, ping_worker
 
             if not name:
                 fail("--ping needs the --name of the worker to ask")
@@ -1697,7 +1582,7 @@ def serve_app(
 ) -> None:
     """Run the web app, the scheduler and (when configured) the inbound receiver until stopped;
     ``listening`` is called once every port is bound."""
-    from newsletter.service import run_service
+    from newsletter.serve import run_service
 
     run_service(config, store, host=host, port=port, scheduler=scheduler, listening=listening)
 
@@ -1718,7 +1603,9 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
     """
     with errors():
         config = obj.config
-        config.secret_key()  # refuse to start without a strong link-signing key
+        from newsletter.tokens import signing_key
+
+        signing_key(config)  # refuse to start without a strong link-signing key
         store = obj.store()
         web = config.settings.web
         host, port = host or web.host, port or web.port
@@ -1813,7 +1700,6 @@ def demo(obj: Context, var: Path) -> None:
             obj.config,
             var,
             console,
-            seed_subscribers=seed_subscribers,
             print_fetch_report=print_fetch_report,
         )
 
@@ -1841,17 +1727,8 @@ def sink(maildir: Path, port: int) -> None:
             pass
 
 
-def _took(run: Any) -> float | None:
-    """Seconds a recorded run took (``None`` while it runs)."""
-    measured = run.counts.get("duration")
-    if isinstance(measured, int | float) and not isinstance(measured, bool):
-        return float(measured)
-    if run.finished is None:
-        return None
-    return round(float((run.finished - run.started).total_seconds()), 3)
-
-
 def main() -> None:
+    """The ``newsletter`` program."""
     from newsletter import STARTED
 
     cli(prog_name="newsletter", obj=STARTED)
@@ -1866,85 +1743,26 @@ def main() -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
-    from datetime import UTC, timedelta
+    from datetime import UTC
 
-    from newsletter.runs import runs_as_seen
-    from newsletter.scheduler import Jobs, build_scheduler, next_runs
+    from newsletter.status import gather_status, run_duration
 
     with errors():
-        config = obj.config
-        store = obj.store()
-        now = utcnow()
-        scheduler = build_scheduler(config, Jobs(fetch=lambda n: None, send_due=lambda n: None))
-        upcoming = [(name, when) for name, when in next_runs(scheduler, now) if "every" not in name]
-        upcoming.sort(key=lambda x: x[1] or now)
-        snapshot = store.ops_snapshot(now.date(), config.settings.fetched_sources())
-        runs = runs_as_seen(store, store.last_runs(run_count), now)  # killed ones: interrupted
-        suppressed = [
-            s for batch in store.iter_subscribers(SubscriberStatus.SUPPRESSED) for s in batch
-        ]
-        rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
-        bounce_days = store.events_per_day(now - timedelta(days=bounce_report.RATE_DAYS))
-        over = bounce_report.alerts_for(rates, config.settings.bounces)
-        unsettled = store.unsettled_editions()
-    tick = config.settings.schedule.tick_minutes
+        report = gather_status(obj.config, obj.store(), utcnow(), runs=run_count)
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "next_fetches": [
-                        {"job": n, "at": w.isoformat() if w else None} for n, w in upcoming
-                    ],
-                    "editions_checked_every_minutes": tick,
-                    "subscribers": snapshot["subscribers"],
-                    "editions_today": snapshot["editions_today"],
-                    "papers": snapshot["papers"],
-                    "runs": [
-                        {
-                            "kind": r.kind,
-                            "started": r.started.isoformat(),
-                            "status": r.status,
-                            "counts": r.counts,
-                            "error": r.error,
-                            "duration": _took(r),
-                        }
-                        for r in runs
-                    ],
-                    "failing_sources": [
-                        {"source": s, "consecutive_failures": n, "last_error": e}
-                        for s, n, e in snapshot["failing_sources"]
-                    ],
-                    "suppressed": [s.email for s in suppressed],
-                    "deliverability": {
-                        "editions": bounce_report.rates_json(rates),
-                        "days": bounce_report.days_json(bounce_days),
-                        "alerts": over,
-                    },
-                    "unknown_editions": [
-                        {
-                            "email": e.email,
-                            "edition_date": e.edition_date.isoformat(),
-                            "status": e.status.value,
-                            "message_id": e.message_id,
-                            "last_error": e.last_error,
-                        }
-                        for e in unsettled
-                    ],
-                },
-                indent=2,
-            )
-        )
+        click.echo(json.dumps(report.as_json(), indent=2))
         return
-    subs = snapshot["subscribers"]
+    now, upcoming, runs, unsettled = report.now, report.upcoming, report.runs, report.unknown
+    subs = report.subscribers
     console.print(
         f"[bold]{subs.get('active', 0)}[/] active subscriber{'' if subs.get('active', 0) == 1 else 's'}"
         + "".join(f", {v} {k}" for k, v in sorted(subs.items()) if k != "active")
-        + f"; {counted(snapshot['papers'], 'paper')} stored.",
+        + f"; {counted(report.papers, 'paper')} stored.",
         highlight=False,
     )
-    today = ", ".join(f"{v} {k}" for k, v in sorted(snapshot["editions_today"].items()))
+    today = ", ".join(f"{v} {k}" for k, v in sorted(report.editions_today.items()))
     console.print(f"Editions dated {now:%Y-%m-%d} (UTC): {today or 'none yet'}.", highlight=False)
-    console.print(f"Editions are checked every {tick} min; next fetches:")
+    console.print(f"Editions are checked every {report.tick_minutes} min; next fetches:")
     for name, when in upcoming[:4]:
         console.print(
             f"  {when.astimezone(UTC):%a %Y-%m-%d %H:%M} UTC  {shown(name)}"
@@ -1961,7 +1779,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             for k, v in r.counts.items()
             if v and v is not True and k not in ("duration", "lease") and not isinstance(v, float)
         )
-        took = _took(r)
+        took = run_duration(r)
         table.add_row(
             f"{r.started:%Y-%m-%d %H:%M}",
             shown(r.kind),
@@ -1974,7 +1792,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
         console.print(table)
     else:
         console.print("No runs yet: 'newsletter fetch' and 'newsletter send --now' record theirs.")
-    for source, failures, error in snapshot["failing_sources"]:
+    for source, failures, error in report.failing_sources:
         console.print(
             f"[yellow]source {shown(source)}[/] failed {counted(failures, 'time')} in a row: "
             f"{shown(error)}",
@@ -1990,21 +1808,22 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
             + (
                 "; 'unknown' and 'resend' ones are re-sent once by the next send (same "
                 "Message-ID), 'held' ones wait for you"
-                if config.settings.delivery.on_unknown == "resend"
+                if report.resend_unknown
                 else "; 'resend' ones are re-sent once by the next send (same Message-ID), the "
                 "others wait for you (delivery.on_unknown: hold)"
             )
             + ": 'newsletter send --settle-unknown resend' (or drop).",
             highlight=False,
         )
-    if suppressed:
+    if report.suppressed:
         console.print(
-            f"Suppressed addresses ({len(suppressed)}): "
-            + shown(", ".join(s.email for s in suppressed[:20]))
-            + (" …" if len(suppressed) > 20 else ""),
+            f"Suppressed addresses ({len(report.suppressed)}): "
+            + shown(", ".join(s.email for s in report.suppressed[:20]))
+            + (" …" if len(report.suppressed) > 20 else ""),
             highlight=False,
         )
-    for line in bounce_report.rate_lines([r for r in rates if r.hard or r.soft or r.complaints]):
+    rates = [r for r in report.rates if r.hard or r.soft or r.complaints]
+    for line in bounce_report.rate_lines(rates):
         console.print("Deliverability: " + shown(line), highlight=False)
-    for line in over:
+    for line in report.alerts:
         console.print("[yellow]deliverability alert:[/] " + shown(line), highlight=False)

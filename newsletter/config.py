@@ -14,7 +14,6 @@ trusted settings); most of its length is field declarations and their validators
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -131,14 +130,17 @@ class SenderSettings(_Strict):
 
     @property
     def from_address(self) -> str:
+        """The address part of ``from``."""
         return parseaddr(self.from_)[1]
 
     @property
     def from_name(self) -> str:
+        """The display name part of ``from`` (empty when there is none)."""
         return parseaddr(self.from_)[0]
 
     @property
     def message_domain(self) -> str:
+        """The domain of Message-IDs: ``domain``, else that of the ``from`` address."""
         return self.domain or self.from_address.rpartition("@")[2]
 
 
@@ -153,6 +155,9 @@ class SmtpSettings(_Strict):
     """Consecutive replies that did not come within ``timeout`` (a relay that stalls) after
     which the relay counts as unusable: the run stops (exit 2) and alerts the operator."""
     pool_size: int = Field(default=4, ge=1, le=64)
+    messages_per_connection: int = Field(default=0, ge=0, le=1_000_000)
+    """Messages sent over one connection before it is closed (QUIT) and a new one opened, for
+    relays that cap messages per session; 0: no cap (the connection is reused to the end)."""
     rate_per_second: float | None = Field(default=None, gt=0)
     rate_per_hour: int | None = Field(default=None, gt=0)
     dev_recipient: str | None = None
@@ -164,6 +169,7 @@ class SmtpSettings(_Strict):
         return None if value is None else _check_address(value)
 
     def password(self) -> str | None:
+        """The relay password from the environment variable ``password_env``, or ``None``."""
         return os.environ.get(self.password_env)
 
 
@@ -404,9 +410,11 @@ class TopicSettings(_Strict):
 
     @property
     def label(self) -> str:
+        """The topic's title, else its name made readable."""
         return self.title or self.name.replace("-", " ").replace("_", " ").capitalize()
 
     def match_rules(self) -> bool:
+        """Whether the topic says what matches it (keywords, all, categories or authors)."""
         return bool(self.keywords or self.all or self.categories or self.authors)
 
     def conflicts(self) -> list[str]:
@@ -603,6 +611,7 @@ class WebSettings(_Strict):
         return value.strip()
 
     def admin_token(self) -> str | None:
+        """The admin token from the environment variable ``admin_token_env``, or ``None``."""
         return os.environ.get(self.admin_token_env) or None
 
 
@@ -780,6 +789,7 @@ class Settings(_Strict):
         return {s.name for s in self.sources if s.enabled}
 
     def topic(self, name: str) -> TopicSettings:
+        """The topic called ``name``; raises :class:`KeyError` when there is none."""
         for topic in self.topics:
             if topic.name == name:
                 return topic
@@ -796,6 +806,7 @@ class Config:
 
     @property
     def base_dir(self) -> Path:
+        """The folder of the config file: relative paths in it start there."""
         return self.path.parent
 
     def resolve(self, location: str) -> str:
@@ -804,68 +815,10 @@ class Config:
             return location
         return str((self.base_dir / location).resolve())
 
-    def secret_key(self) -> str:
-        """The key that signs links: environment, else config, else a generated key file.
-
-        Raises :class:`ConfigError` rather than return an empty, short or placeholder key.
-        """
-        web = self.settings.web
-        env = os.environ.get(web.secret_key_env)
-        if env is not None:  # set but empty is a mistake, not a request for the key file
-            return self._strong(env.strip(), f"${web.secret_key_env}")
-        if web.secret_key:
-            return self._strong(web.secret_key, "web.secret_key")
-        path = self.base_dir / web.secret_key_file
-        try:
-            if not path.exists():
-                _create_key_file(path)
-            key = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-            raise ConfigError(
-                str(self.path),
-                [
-                    f"{self.path}: web: no secret key: set ${web.secret_key_env}, or make "
-                    f"{path} writable ({why})"
-                ],
-            ) from e
-        return self._strong(
-            key, f"{path} (delete the file to have a new key generated, or write one)"
-        )
-
-    def _strong(self, key: str, where: str) -> str:
-        problem = secret_key_problem(key)
-        if problem is not None:
-            raise ConfigError(str(self.path), [f"{self.path}: web: {where}: {problem}"])
-        return key
-
     def templates_dir(self) -> Path | None:
+        """The absolute ``digest.templates_dir``, or ``None`` for the built-in templates."""
         d = self.settings.digest.templates_dir
         return None if d is None else (self.base_dir / d).resolve()
-
-
-def _create_key_file(path: Path) -> None:
-    """Write a new random key to ``path`` unless another process got there first.
-
-    The key goes to a temporary file (mode 0600) in the same folder, which is then hard-linked
-    to ``path``: the link appears complete or not at all and never replaces an existing file,
-    so processes racing to create the key all end up reading the one that won.
-    """
-    import secrets
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secrets.token_urlsafe(48) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        # FileExistsError: another process wrote the key first; everyone uses theirs.
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        os.unlink(tmp)
 
 
 # ---------------------------------------------------------------------------- loading

@@ -11,8 +11,10 @@ from rich.console import Console
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.edition import SendRequest, Services, send
 from newsletter.ingest import FetchReport
-from newsletter.runs import fetch_step, send_step
+from newsletter.runs import fetch_step
+from newsletter.seeding import seed_subscribers
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
 from newsletter.text import counted
@@ -23,17 +25,15 @@ def run_demo(
     var: Path,
     console: Console,
     *,
-    seed_subscribers: Callable[[Config, Store], object],
     print_fetch_report: Callable[[FetchReport], object],
 ) -> Path | None:
     """Start a sink, migrate, seed, fetch, send; print a summary and where the digests are.
 
-    The command line passes its own seeding and fetch report, so this module does not import
-    it back."""
+    The command line passes its fetch report printer, so this module does not import it back."""
     var.mkdir(parents=True, exist_ok=True)
     store = Store(config.database_url)
     try:
-        return _run(config, store, var, console, seed_subscribers, print_fetch_report)
+        return _run(config, store, var, console, print_fetch_report)
     finally:
         store.close()
 
@@ -43,7 +43,6 @@ def _run(
     store: Store,
     var: Path,
     console: Console,
-    seed_subscribers: Callable[[Config, Store], object],
     print_fetch_report: Callable[[FetchReport], object],
 ) -> Path | None:
     maildir = var / "maildir"
@@ -59,7 +58,9 @@ def _run(
         console.print(f"SMTP sink listening on 127.0.0.1:{sink.port} → {maildir}")
         fetched = fetch_step(config, store, now)
         print_fetch_report(fetched)
-        report = send_step(config, store, now, keep_rendered=100)
+        outcome = send(Services(config, store), SendRequest(keep_rendered=100), now=now)
+        report = outcome.report
+        assert report is not None  # sent in this process: the demo has no workers
     html_dir = var / "html"
     html_dir.mkdir(exist_ok=True)
     written: list[Path] = []

@@ -15,7 +15,8 @@ was one, chains its cause (``raise ... from e``)::
     ├── PortInUse            a port newsletter should listen on is taken
     ├── DeliveryError        one message could not be handed to the relay
     ├── RelayError           the relay itself is unusable (unreachable, TLS, auth): stop the run
-    ├── BrokerError          the Celery broker cannot be reached (newsletter.workers)
+    ├── BrokerError          the Celery broker cannot be reached (newsletter.edition.workers)
+    ├── BadSendRequest       a send request cannot run as given (newsletter.edition.request)
     ├── MailboxError         the bounce mailbox cannot be read (newsletter.bounces.poll)
     ├── Refused              a bounce webhook request is refused (newsletter.bounces.webhooks)
     ├── SnsError             an Amazon SNS message cannot be authenticated (bounces.sns)

@@ -39,10 +39,12 @@ class FeedbackLinks:
         self._tails: dict[tuple[str, int, str], TokenTail] = {}
 
     def for_subscriber(self, subscriber: Subscriber) -> ReaderLinks:
+        """The feedback links of one reader's digest."""
         head = self._family.head({"s": subscriber.id, "e": subscriber.email})
         return ReaderLinks(self, head)
 
     def tail(self, paper_key: str, value: int, topic: str) -> TokenTail:
+        """The signed part of a token for a vote of ``value`` on a paper in a topic (cached)."""
         key = (paper_key, value, topic)
         tail = self._tails.get(key)
         if tail is None:
@@ -68,6 +70,7 @@ class ReaderLinks:
         self.prefix = links.prefix
 
     def token(self, item: DigestItem, value: int) -> str:
+        """The reader's token for a vote of ``value`` (+1 or -1) on ``item``."""
         return self._head.make(self._links.tail(item.paper.key, value, item.topic))
 
     def url(self, item: DigestItem, value: int) -> str:
@@ -186,9 +189,11 @@ class Feedback:
             raise FeedbackError(f"the vote on {paper.key} could not be recorded: {e}") from e
 
     def votes(self, subscriber: Subscriber) -> list[Vote]:
+        """The subscriber's votes."""
         return self.store.votes_of(subscriber.id)
 
     def clear(self, subscriber: Subscriber, paper_id: int) -> bool:
+        """Withdraw the subscriber's vote on a paper; ``False`` when there was none."""
         return self.store.clear_vote(subscriber.id, paper_id)
 
     # ------------------------------------------------------------ the command line

@@ -46,6 +46,7 @@ def arxiv_urls(arxiv_id: str) -> tuple[str, str]:
 
 
 def find_doi(text: str) -> str | None:
+    """The first DOI in ``text``, lower-cased, or ``None``."""
     m = _DOI.search(text)
     return m.group(1).rstrip(".,;)").lower() if m else None
 

@@ -30,7 +30,6 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
-from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.bounces.receive import BounceReceiver
@@ -172,12 +171,16 @@ class InboundHandler:
         self.service = service
         self.settings = settings
         self.outcomes: list[Outcome | None] = []
-        self.bounces = BounceReceiver.from_config(service.config, service.store, service.now)
+        self.bounces = BounceReceiver.from_config(
+            service.config, service.store, service.now, services=service.services
+        )
         """Takes mail to the bounce address (``bounces.enabled``), see :mod:`newsletter.bounces`."""
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, options: Any
     ) -> str:
+        """Accept the request address (or any, when none is set) and the bounce address; refuse
+        others with 550."""
         if self.bounces is not None and self.bounces.accepts(address):
             envelope.rcpt_tos.append(address)
             return "250 OK"
@@ -188,6 +191,8 @@ class InboundHandler:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        """Record bounces and answer the commands in the message; the SMTP reply says whether it
+        was taken."""
         data = envelope.original_content or envelope.content
         if len(data) > self.settings.max_size:
             return "552 5.3.4 message too big for a command"
@@ -199,7 +204,7 @@ class InboundHandler:
                 origin = f"{envelope.mail_from or '<>'} via {peer}"
                 try:
                     await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
-                except (NewsletterError, SQLAlchemyError) as e:  # the database, not the mail
+                except NewsletterError as e:  # the database (a StoreError), not the mail
                     log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))
                     return "451 4.3.0 cannot record the bounce right now; try again later"
                 if len(bounced) == len(envelope.rcpt_tos):

@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from newsletter.config import Config, SourceSettings
-from newsletter.models import Paper, PaperData
+from newsletter.models import Paper, PaperData, PaperWrite, SourceState
 from newsletter.sources import PARSERS, arxiv_api
 from newsletter.sources.base import ParseResult, Skipped, clean_result
 from newsletter.sources.fetch import Fetcher, FetchError
-from newsletter.store import PaperWrite, SourceState, Store
+from newsletter.store import Store
 from newsletter.store.db import content_hash
 from newsletter.text import strip_controls
 
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SourceReport:
+    """What fetching one source did: entries read, papers stored by kind, what was skipped
+    and the errors met."""
+
     source: str
     url: str
     entries: int = 0
@@ -45,6 +49,7 @@ class SourceReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the source was fetched and read without errors."""
         return not self.errors
 
     @property
@@ -52,34 +57,82 @@ class SourceReport:
         """Papers of this answer now in the database (new, updated, unchanged or unannounced)."""
         return self.new + self.updated + self.unchanged + self.unannounced
 
+    @property
+    def status(self) -> str:
+        """How the fetch went: ``ok``, ``partial`` (errors, some papers stored), ``failed``, or
+        ``not modified (304)``."""
+        if self.not_modified:
+            return "not modified (304)"
+        if not self.errors:
+            return "ok"
+        return "partial" if self.stored else "failed"
+
+    def as_json(self) -> dict[str, Any]:
+        """The source's report as ``newsletter fetch --json`` prints it."""
+        return {
+            "source": self.source,
+            "url": self.url,
+            "status": self.status,
+            "entries": self.entries,
+            "new": self.new,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "unannounced": self.unannounced,
+            "merged": self.merged,
+            "not_modified": self.not_modified,
+            "skipped": [{"what": k.what, "reason": k.reason} for k in self.skipped],
+            "errors": list(self.errors),
+            "seconds": round(self.seconds, 3),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class FetchReport:
+    """What one fetch did, source by source, with the totals."""
+
     sources: tuple[SourceReport, ...] = field(default=())
 
     @property
     def new(self) -> int:
+        """Papers stored for the first time, over all sources."""
         return sum(s.new for s in self.sources)
 
     @property
     def updated(self) -> int:
+        """Stored papers a source changed (a new version or better text), over all sources."""
         return sum(s.updated for s in self.sources)
 
     @property
     def unannounced(self) -> int:
+        """Papers stored but not announced as new, over all sources."""
         return sum(s.unannounced for s in self.sources)
 
     @property
     def entries(self) -> int:
+        """Entries the sources listed, over all sources."""
         return sum(s.entries for s in self.sources)
 
     @property
     def skipped(self) -> int:
+        """Entries left out as unusable, over all sources."""
         return sum(len(s.skipped) for s in self.sources)
 
     @property
     def failed(self) -> tuple[SourceReport, ...]:
+        """The sources that reported errors."""
         return tuple(s for s in self.sources if not s.ok)
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as ``newsletter fetch --json`` prints it: totals, then each source."""
+        return {
+            "entries": self.entries,
+            "new": self.new,
+            "updated": self.updated,
+            "unannounced": self.unannounced,
+            "skipped": self.skipped,
+            "failed_sources": [s.source for s in self.failed],
+            "sources": [s.as_json() for s in self.sources],
+        }
 
 
 def _merge(old: Paper, new: PaperData) -> PaperData:

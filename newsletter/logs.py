@@ -21,6 +21,7 @@ _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON object, with its extra fields."""
         out: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
@@ -37,6 +38,7 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one readable line, with its counts and any traceback."""
         line = f"{record.levelname.lower()} {record.name}: {record.getMessage()}"
         counts = getattr(record, "counts", None)
         if isinstance(counts, dict) and counts:

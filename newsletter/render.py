@@ -29,6 +29,12 @@ characters as references, so the HTML is ASCII (several times faster to join, ha
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
+
+Why one module of this length: the Jinja environment (memoized filters, the fragment cache and
+its feedback holes) and the :class:`Renderer` share private per-message state (the ``_READER``
+and ``_CACHING`` context variables), and with the inlining they keep one promise: the fast path
+writes the same message as premailer per message would. Split, that state would have to become
+public. Most of the rest is the explanation above and the small filters the templates use.
 """
 
 from __future__ import annotations
@@ -83,9 +89,11 @@ class FeedbackUrls(Protocol):
     makes them). Tokens are URL-safe as they are, so only the prefix is ever escaped."""
 
     @property
-    def prefix(self) -> str: ...
+    def prefix(self) -> str:
+        """``{base_url}/feedback/``: what every token is appended to."""
 
-    def token(self, item: DigestItem, value: int) -> str: ...
+    def token(self, item: DigestItem, value: int) -> str:
+        """The signed token for a vote of ``value`` (+1 or -1) on ``item``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +350,7 @@ def emphasis(text: str) -> markupsafe.Markup:
 
 
 def thousands(n: int) -> str:
+    """``n`` with thousands separators (``12,345``)."""
     return f"{n:,}"
 
 
@@ -489,9 +498,11 @@ class Renderer:
 
     @property
     def fast(self) -> bool:
+        """Whether the CSS was inlined once (else premailer runs for every message)."""
         return self.inlined is not None
 
     def subject(self, digest: Digest) -> str:
+        """The digest's subject line (on one line, for the header)."""
         count = len(digest.items)
         topics = _topics(digest)
         if count == 0:
@@ -530,6 +541,7 @@ class Renderer:
         return html, text
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
+        """The values the digest templates are rendered with."""
         sections = [s for s in digest.sections if s.items]
         # A topic with nothing strong today says so, rather than padding with weak matches.
         grouped = self.settings.digest.group_by_topic
@@ -552,6 +564,7 @@ class Renderer:
         }
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
+        """The digest as subject, preheader, HTML (CSS inlined) and plain text."""
         ctx = self.context(digest, links)
         html_links = text_links = None
         if links.feedback is not None:

@@ -10,9 +10,8 @@ owners) and a heartbeat renewed every :data:`HEARTBEAT` seconds. A run still rec
 killed: ``status`` shows it as ``interrupted``, with what the ledger says it did, and the next
 run records it so (:func:`settle_interrupted`).
 
-:class:`SendRun` is the one send-run wrapper: ``newsletter send`` in this process and the
-workers' enqueuer both record, log and alert through it, from one serialized
-:class:`~newsletter.edition.SendReport`.
+:class:`RunLease` is shared by fetch runs (:func:`fetch_step`) and send runs
+(:class:`newsletter.edition.run.SendRun`, the one send-run wrapper).
 """
 
 from __future__ import annotations
@@ -22,21 +21,20 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from newsletter.alerts import alert
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.deliver import MailerFactory
-from newsletter.edition import SendReport, run_send
+from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.ingest import FetchReport, run_fetch
 from newsletter.logs import step
-from newsletter.models import Subscriber
+from newsletter.models import RunRecord
 from newsletter.schedule import ARXIV_TZ, announces_on
-from newsletter.sending import owner_gone, run_owner
 from newsletter.store import Store
-from newsletter.store.db import RunRecord
+
+if TYPE_CHECKING:
+    from newsletter.deliver.smtp import MailerFactory
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +117,11 @@ def settle_interrupted(store: Store, now: datetime) -> int:
 class RunLease:
     """A ``running`` row in ``runs`` with a heartbeat, renewed on a thread until closed."""
 
-    def __init__(self, store: Store, kind: str, now: datetime) -> None:
+    def __init__(
+        self, store: Store, kind: str, now: datetime, *, clock: Callable[[], datetime] = utcnow
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.owner = run_owner()
         self.id = store.start_run(kind, now, owner=self.owner)
         self._stop = threading.Event()
@@ -130,91 +131,14 @@ class RunLease:
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT):
             try:
-                self.store.beat_run(self.id, self.owner, utcnow())
+                self.store.beat_run(self.id, self.owner, self.clock())
             except Exception as e:  # the database is away: the run itself will say so
                 log.warning("could not renew the lease of run %d: %s", self.id, e)
 
     def close(self) -> None:
+        """Stop renewing the heartbeat (the row itself is settled by the caller)."""
         self._stop.set()
         self._thread.join()
-
-
-class SendRun:
-    """One recorded send run, in this process or through the workers (the send-run wrapper).
-
-    ``with SendRun(...) as run:`` settles interrupted runs, records this one as ``running``
-    with a lease, and :meth:`finish` records the report's counts, logs them and raises the
-    operator alert when the relay could not be used. A run left by an exception is recorded
-    ``failed`` with that error, when the database still answers.
-    """
-
-    def __init__(
-        self,
-        config: Config,
-        store: Store,
-        now: datetime,
-        kind: str = "send",
-        *,
-        mailer_factory: MailerFactory | None = None,
-    ) -> None:
-        self.config = config
-        self.store = store
-        self.now = now
-        self.kind = kind
-        self.mailer_factory = mailer_factory
-        self.lease: RunLease | None = None
-        self.done = False
-
-    @property
-    def id(self) -> int:
-        assert self.lease is not None
-        return self.lease.id
-
-    def __enter__(self) -> SendRun:
-        settle_interrupted(self.store, self.now)
-        self.lease = RunLease(self.store, self.kind, self.now)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self.lease is not None
-        self.lease.close()
-        if exc is not None and not self.done:
-            self.end("failed", {}, f"{exc}" or type(exc).__name__)
-
-    def end(self, status: str, counts: dict[str, Any], error: str | None) -> None:
-        """Record the run as ended (best effort when the database is what failed)."""
-        self.done = True
-        try:
-            self.store.finish_run(self.id, status, utcnow(), counts, error)
-        except Exception as e:  # the database is away: the run shows as interrupted later
-            log.warning("could not record the end of run %d: %s", self.id, e)
-
-    def finish(self, report: SendReport, **extra: Any) -> SendReport:
-        """Record, log and (relay unusable) alert on ``report``; returns it."""
-        counts = report.as_dict() | extra
-        status = "failed" if report.relay_error else ("stopped" if report.stopped else "ok")
-        error = report.relay_error or ("; ".join(report.errors[:20]) or None)
-        if report.no_listing_reason and not error:
-            error = f"{report.no_listing} skipped: {report.no_listing_reason}"
-        self.end(status, counts, error)
-        if report.considered or report.relay_error:
-            step(f"{self.kind} done", **{k: v for k, v in counts.items() if v})
-        if report.relay_error:
-            alert(
-                self.config,
-                "sending stopped: the relay cannot be used",
-                f"{report.relay_error}\n\nNothing more was sent in this run; editions not sent "
-                "are retried by the next run.",
-                self.now,
-                mailer_factory=self.mailer_factory,
-                relay_broken=True,
-            )
-        return report
 
 
 def fetch_step(
@@ -227,8 +151,11 @@ def fetch_step(
     mailer_factory: MailerFactory | None = None,
 ) -> FetchReport:
     """Fetch every configured source (or those in ``only``); record, log and alert on it."""
+    from newsletter.services import Services
+
+    services = Services(config, store, relay=mailer_factory)
     settle_interrupted(store, now)
-    lease = RunLease(store, "fetch", now)
+    lease = RunLease(store, "fetch", now, clock=services.clock)
     run_id = lease.id
     try:
         report = run_fetch(config, store, now, only=only, progress=progress)
@@ -246,7 +173,7 @@ def fetch_step(
     }
     error = "; ".join(f"{s.source}: {'; '.join(s.errors)}" for s in report.failed) or None
     status = "failed" if report.sources and len(failed) == len(report.sources) else "ok"
-    store.finish_run(run_id, status, utcnow(), counts, error)
+    store.finish_run(run_id, status, services.clock(), counts, error)
     step("fetch done", **counts)
     # arXiv announces on Sunday to Thursday evenings (US Eastern): a fetch after such an
     # announcement that finds nothing new at all means a source is broken, not a quiet day.
@@ -269,50 +196,8 @@ def fetch_step(
                 for s in report.sources
             ),
             now,
-            mailer_factory=mailer_factory,
+            services=services,
         )
     if status == "failed":
-        alert(
-            config, "every source failed to fetch", error or "", now, mailer_factory=mailer_factory
-        )
+        alert(config, "every source failed to fetch", error or "", now, services=services)
     return report
-
-
-def send_step(
-    config: Config,
-    store: Store,
-    now: datetime,
-    *,
-    kind: str = "send",
-    to: str | None = None,
-    topic: str | None = None,
-    due: Callable[[Subscriber], bool] | None = None,
-    force: bool = False,
-    dry_run: bool = False,
-    keep_rendered: int = 0,
-    stop: threading.Event | None = None,
-    progress: Callable[[SendReport], None] | None = None,
-    mailer_factory: MailerFactory | None = None,
-) -> SendReport:
-    """Send (or dry-run) editions; record the run unless it is a dry run."""
-
-    def send() -> SendReport:
-        return run_send(
-            config,
-            store,
-            now,
-            mailer_factory=mailer_factory,
-            to=to,
-            topic=topic,
-            due=due,
-            force=force,
-            dry_run=dry_run,
-            keep_rendered=keep_rendered,
-            progress=progress,
-            stop=stop,
-        )
-
-    if dry_run:
-        return send()
-    with SendRun(config, store, now, kind, mailer_factory=mailer_factory) as run:
-        return run.finish(send())

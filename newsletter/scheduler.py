@@ -50,6 +50,7 @@ def due_filter(config: Config, now: datetime) -> Callable[[Subscriber], bool]:
 
 
 def count_missed(config: Config, subscribers: list[Subscriber], now: datetime) -> int:
+    """How many of ``subscribers`` had an edition due today longer ago than the misfire grace."""
     grace = timedelta(minutes=config.settings.schedule.misfire_grace_minutes)
     return sum(
         1 for s in subscribers if missed(preferences(s, config), now, grace=grace) is not None
@@ -66,6 +67,7 @@ class Jobs:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run_fetch(self) -> None:
+        """Fetch now (after a running send); a failure is only logged."""
         with self.lock:
             try:
                 self.fetch(self.clock())
@@ -73,6 +75,7 @@ class Jobs:
                 log.exception("scheduled fetch failed")
 
     def run_tick(self) -> None:
+        """Send the editions due now, unless a run is still going; a failure is only logged."""
         if not self.lock.acquire(blocking=False):
             log.info("previous run still going; this tick is skipped")
             return
@@ -87,6 +90,7 @@ class Jobs:
 def build_scheduler(
     config: Config, jobs: Jobs, *, start_tick_now: bool = True
 ) -> BackgroundScheduler:
+    """A scheduler (not started) with the configured fetch times and the send tick."""
     s = config.settings.schedule
     scheduler = BackgroundScheduler(
         timezone=UTC,

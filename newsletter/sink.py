@@ -18,6 +18,7 @@ from newsletter.errors import listen_error
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -32,6 +33,7 @@ class MaildirHandler:
         self.count = 0
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        """Store the message in the Maildir, with its recipients in ``X-Sink-Rcpt-To``."""
         msg = message_from_bytes(envelope.original_content or envelope.content)
         msg["X-Sink-Rcpt-To"] = ", ".join(envelope.rcpt_tos)
         self.box.add(msg)
@@ -63,11 +65,13 @@ class MaildirSink:
 
 
 def read_maildir(maildir: Path) -> list[Message]:
+    """Every message in the Maildir, in the order they were stored."""
     box = mailbox.Maildir(str(maildir), create=False)
     return [message_from_bytes(box.get_bytes(key)) for key in sorted(box.keys())]
 
 
 def html_part(msg: Message) -> str | None:
+    """The decoded ``text/html`` part of ``msg``, or ``None`` when it has none."""
     for part in msg.walk():
         if part.get_content_type() == "text/html":
             payload = part.get_payload(decode=True)

@@ -8,6 +8,11 @@ answer whatever the address's state; the mail decides: a confirmation link for s
 subscribed, a "manage your subscription" mail for someone who is.
 
 Effects are passed in: the store, a mailer factory (``newsletter.deliver.Mailer``) and the clock.
+
+Why one module of this length: :class:`Subscriptions` is the one place the double opt-in rules
+live (request, confirm, change, unsubscribe, forget, the rate limits and the mails they send),
+and every entry point calls it; the functions above it are the checks it applies. Split, one set
+of rules would be spread over several modules.
 """
 
 from __future__ import annotations
@@ -37,14 +42,15 @@ from newsletter.addresses import (
 )
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.deliver import Envelope, MailerFactory, SmtpMailer, header_safe, make_message_id
+from newsletter.deliver import Envelope, MailerFactory, header_safe, make_message_id
+from newsletter.deliver.dkim import maybe_sign
+from newsletter.deliver.mime import header_address
 from newsletter.errors import SubscriberError
-from newsletter.mime import header_address
 from newsletter.models import Frequency, Subscriber, SubscriberStatus
 from newsletter.render import make_environment
-from newsletter.signing import DkimSigner, maybe_sign
+from newsletter.services import Services
 from newsletter.store import Store
-from newsletter.tokens import Purpose, TokenError, Tokens
+from newsletter.tokens import Purpose, TokenError, signing_key
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +120,8 @@ def check_timezone(value: str) -> str:
 
 
 def parse_address(value: str) -> str:
+    """``value`` as a normalized address; raises :class:`InvalidRequest` (field ``email``) when it
+    is not one."""
     if len(value) > 320:
         raise InvalidRequest("email", "an address is at most 320 characters")
     try:
@@ -167,7 +175,7 @@ def consent_block(
         reason = f"{sub.email}: {sub.status.value}{since}; stays {sub.status.value}"
         break
     if reason is None and store.any_forgotten():
-        hashed = key(address) if key else forgotten_key(config.secret_key(), address)
+        hashed = key(address) if key else forgotten_key(signing_key(config), address)
         erased = store.forgotten_at(hashed)
         if erased is not None:
             reason = f"{address}: erased (--forget) on {erased:%Y-%m-%d}; not added back"
@@ -234,18 +242,20 @@ class Subscriptions:
         store: Store,
         mailer_factory: MailerFactory | None = None,
         now: Clock = utcnow,
+        *,
+        services: Services | None = None,
     ) -> None:
         self.config = config
         self.settings = config.settings
         self.store = store
         self.now = now
-        self.mailer_factory: MailerFactory = mailer_factory or (
-            lambda: SmtpMailer(config.settings.smtp)
-        )
-        self.secret = config.secret_key()
-        self.tokens = Tokens(self.secret, now)
+        self.services = services or Services(config, store, clock=now, relay=mailer_factory)
+        """The relay, signer and link tokens (shared with the process's sends when given)."""
+        self.mailer_factory: MailerFactory = self.services.mailer_factory
+        self.secret = self.services.secret
+        self.tokens = self.services.tokens
         self.env = make_environment(config.templates_dir())
-        self.signer = DkimSigner.from_config(config)
+        self.signer = self.services.signer
 
     # ------------------------------------------------------------ validation
 
@@ -339,6 +349,7 @@ class Subscriptions:
     # ------------------------------------------------------------ links
 
     def links(self, subscriber: Subscriber) -> Links:
+        """The subscriber's manage and unsubscribe links."""
         base = self.settings.sender.base_url
         payload = {"s": subscriber.id, "e": subscriber.email}
         return Links(

@@ -10,12 +10,17 @@ tests can age a token without waiting.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import hashlib
 import json
+import os
+import secrets
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
@@ -23,7 +28,8 @@ from itsdangerous.encoding import base64_encode, int_to_bytes
 from itsdangerous.serializer import Serializer
 
 from newsletter.clock import utcnow
-from newsletter.errors import NewsletterError
+from newsletter.config import Config, secret_key_problem
+from newsletter.errors import ConfigError, NewsletterError
 
 
 class Purpose(StrEnum):
@@ -93,9 +99,12 @@ class Tokens:
         return TokenFamily(self.secret, purpose, int(self._now().timestamp()))
 
     def make(self, purpose: Purpose, payload: Any) -> str:
+        """A signed token carrying ``payload`` for ``purpose``."""
         return str(self._serializer(purpose).dumps(payload))
 
     def read(self, purpose: Purpose, token: str, max_age: timedelta | None = None) -> Any:
+        """The payload of a token made for ``purpose``; raises :class:`TokenError` when it is
+        damaged, for another purpose or older than ``max_age``."""
         return self.read_signed(purpose, token, max_age)[0]
 
     def read_signed(
@@ -197,8 +206,72 @@ class TokenHead:
         self.text = text
 
     def make(self, tail: TokenTail) -> str:
+        """The token for this head followed by ``tail``."""
         inner = self._inner.copy()
         inner.update(tail.signed)
         outer = self._outer.copy()
         outer.update(inner.digest())
         return self.text + tail.text + _b64(outer.digest()).decode()
+
+
+# ---------------------------------------------------------------------------- the key
+
+
+def signing_key(config: Config) -> str:
+    """The key that signs links: environment, else config, else a generated key file.
+
+    Raises :class:`ConfigError` rather than return an empty, short or placeholder key. Reads
+    the environment and may write the key file: call it once per process
+    (:attr:`newsletter.services.Services.secret`), not from settings code.
+    """
+    web = config.settings.web
+    env = os.environ.get(web.secret_key_env)
+    if env is not None:  # set but empty is a mistake, not a request for the key file
+        return _strong(config, env.strip(), f"${web.secret_key_env}")
+    if web.secret_key:
+        return _strong(config, web.secret_key, "web.secret_key")
+    path = config.base_dir / web.secret_key_file
+    try:
+        if not path.exists():
+            _create_key_file(path)
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise ConfigError(
+            str(config.path),
+            [
+                f"{config.path}: web: no secret key: set ${web.secret_key_env}, or make "
+                f"{path} writable ({why})"
+            ],
+        ) from e
+    return _strong(
+        config, key, f"{path} (delete the file to have a new key generated, or write one)"
+    )
+
+
+def _strong(config: Config, key: str, where: str) -> str:
+    problem = secret_key_problem(key)
+    if problem is not None:
+        raise ConfigError(str(config.path), [f"{config.path}: web: {where}: {problem}"])
+    return key
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new random key to ``path`` unless another process got there first.
+
+    The key goes to a temporary file (mode 0600) in the same folder, which is then hard-linked
+    to ``path``: the link appears complete or not at all and never replaces an existing file,
+    so processes racing to create the key all end up reading the one that won.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secrets.token_urlsafe(48) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        # FileExistsError: another process wrote the key first; everyone uses theirs.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)

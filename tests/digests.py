@@ -16,7 +16,7 @@ from typing import Any
 
 from newsletter.addresses import format_address
 from newsletter.config import Settings
-from newsletter.deliver import WIRE_POLICY, header_safe
+from newsletter.deliver.message import WIRE_POLICY, header_safe
 from newsletter.feedback import FeedbackLinks
 from newsletter.models import (
     Digest,
@@ -200,9 +200,9 @@ def email_message_bytes(
     links: DigestLinks,
     now: datetime,
 ) -> bytes:
-    """The message as ``build_message`` wrote it before newsletter.mime: ``EmailMessage``.
+    """The message as ``build_message`` wrote it before newsletter.deliver.mime: ``EmailMessage``.
 
-    The slow reference: bench/bench_render.py times it, tests/test_mime.py compares with it.
+    The slow reference: bench/bench_render.py times it, tests/deliver/test_mime.py compares with it.
     """
     sender = settings.sender
     msg = EmailMessage()

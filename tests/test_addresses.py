@@ -21,11 +21,11 @@ from newsletter.addresses import (
 )
 from newsletter.cli import cli
 from newsletter.config import load_config
-from newsletter.edition import run_send
 from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import SmtpServer, base_config, write_config
+from tests.sends import run_send
 
 NOW = datetime(2026, 11, 17, 12, 0, tzinfo=UTC)
 INJECTION = "a@b.c\r\nBcc: x@y.z"

@@ -24,10 +24,10 @@ from newsletter.config import Config, load_config
 from newsletter.edition import SendReport
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
-from newsletter.runs import send_step
 from newsletter.scheduler import due_filter
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
+from tests.sends import send_step
 from tests.smtpfaults import FaultServer, fault_server
 
 SUBSCRIBERS = 500

@@ -190,7 +190,7 @@ def test_the_dockerfile_build_stage_builds_from_only_the_files_it_copies(tmp_pat
     )
     [wheel] = out.glob("newsletter-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "newsletter/workers.py" in names and "newsletter/templates/digest.html" in names
+    assert "newsletter/edition/workers.py" in names and "newsletter/templates/digest.html" in names
     meta = next(n for n in names if n.endswith("METADATA"))
     requires = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Requires-Dist: celery[redis]" in requires  # the worker's dependency is installed

@@ -24,7 +24,7 @@ def _modules() -> list[object]:
 
 def _classes() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for module in [*_modules(), importlib.import_module("newsletter.workers")]:
+    for module in [*_modules(), importlib.import_module("newsletter.edition.workers")]:
         for name, obj in vars(module).items():
             if (
                 inspect.isclass(obj)

@@ -12,13 +12,13 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import Config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.logs import JsonFormatter, step
-from newsletter.runs import fetch_step, send_step
+from newsletter.runs import fetch_step
 from newsletter.scheduler import due_filter
 from newsletter.store import Store
 from tests.conftest import SmtpServer, base_config, write_config
+from tests.sends import run_send, send_step
 
 FRIDAY_7 = datetime(2026, 11, 20, 7, 0, tzinfo=UTC)  # 07:00 UTC: editions due at 07:00
 

@@ -480,8 +480,8 @@ def test_progress_counts_add_up_to_the_list_with_messages_in_flight(
     from newsletter.clock import utcnow
     from newsletter.config import load_config
     from newsletter.edition import SendReport
-    from newsletter.runs import send_step
     from newsletter.store import Store
+    from tests.sends import send_step
 
     path = one_entry_world(tmp_path, db_url, smtp_server)
     run_cli(path, "fetch")

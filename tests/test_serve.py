@@ -120,8 +120,8 @@ def test_scheduled_edition_sigterm_mid_send_and_restart(
 def _run(config: Any, config_path: Path, store: Store, now: datetime, handler: SlowHandler) -> None:
     tmp_path = config_path.parent
     store.upgrade()
-    from newsletter.cli import seed_subscribers
     from newsletter.ingest import run_fetch
+    from newsletter.seeding import seed_subscribers
 
     seed_subscribers(config, store)
     run_fetch(config, store, now)

@@ -180,7 +180,7 @@ def test_a_group_commit_of_begins_and_sent_marks_gives_each_op_its_own_result(
 ) -> None:
     """One apply_ledger call as the ledger writer makes it: begins of several senders (one
     edition another run took, one whose subscriber left) and sent marks with their papers."""
-    from newsletter.store.db import LedgerOp
+    from newsletter.models import LedgerOp
 
     day = date(2026, 11, 17)
     ids = store.write_papers("s", decide([paper(f"2611.0000{i}") for i in range(1, 4)], {}), NOW)
@@ -240,7 +240,7 @@ def test_deleting_an_edition_finds_its_sent_papers_by_index(store: Store) -> Non
 def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) -> None:
     """PostgreSQL's one-statement group commit (autocommit connection) against the same
     scenario as the transactional one; SQLite says it cannot and the caller falls back."""
-    from newsletter.store.db import LedgerOp
+    from newsletter.models import LedgerOp
 
     day = date(2026, 11, 17)
     ids = store.write_papers("s", decide([paper(f"2611.0010{i}") for i in range(1, 4)], {}), NOW)
@@ -280,3 +280,31 @@ def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) ->
     }
     first = got["v0@example.org"]
     assert first is not None and first.item_count == 3 and first.attempts == 1
+
+
+def test_schema_revisions_are_read_without_alembic_and_agree_with_it(db_url: str) -> None:
+    """``check_schema`` (every command) reads the revisions itself; Alembic must agree."""
+    from alembic.config import Config as AlembicConfig
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from newsletter.store.base import MIGRATIONS, migrations_head
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert migrations_head() == ScriptDirectory.from_config(cfg).get_current_head()
+    s = Store(db_url)
+    try:
+        assert s.current_revision() is None  # never migrated
+        with pytest.raises(StoreError, match="is empty; run 'newsletter db upgrade' first"):
+            s.check_schema()
+        s.upgrade("0006")
+        with s.engine.connect() as conn:
+            assert s.current_revision() == MigrationContext.configure(conn).get_current_revision()
+        with pytest.raises(StoreError, match="is at revision 0006, code needs 0008"):
+            s.check_schema()
+        s.upgrade()
+        assert s.current_revision() == migrations_head()
+        s.check_schema()
+    finally:
+        s.close()

@@ -20,10 +20,10 @@ from sqlalchemy import create_engine, text
 from newsletter.clock import utcnow
 from newsletter.config import load_config
 from newsletter.ingest import run_fetch
-from newsletter.runs import send_step
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import NOW, PG_URL, SmtpServer, base_config, write_config
+from tests.sends import send_step
 
 pytestmark = pytest.mark.postgres
 

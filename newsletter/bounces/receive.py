@@ -20,6 +20,7 @@ from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.services import Services
 from newsletter.store import Store
 
 log = logging.getLogger(__name__)
@@ -55,17 +56,24 @@ class BounceReceiver:
 
     @classmethod
     def from_config(
-        cls, config: Config, store: Store, now: Callable[[], datetime] = utcnow
+        cls,
+        config: Config,
+        store: Store,
+        now: Callable[[], datetime] = utcnow,
+        *,
+        services: Services | None = None,
     ) -> BounceReceiver | None:
-        """The receiver for this config, or ``None`` when ``bounces.enabled`` is off."""
+        """The receiver for this config, or ``None`` when ``bounces.enabled`` is off; alerts
+        go out through ``services`` (built here when not given)."""
         settings = config.settings.bounces
         if not settings.enabled:
             return None
+        effects = services or Services(config, store, clock=now)
         address = settings.bounce_address(config.settings.sender.from_address)
-        verp = Verp(config.secret_key(), address, signed=settings.verp)
+        verp = Verp(effects.secret, address, signed=settings.verp)
 
         def mail_alert(subject: str, body: str) -> None:
-            alert(config, subject, body, now())
+            alert(config, subject, body, now(), services=effects)
 
         return cls(store, settings, verp, now, mail_alert)
 

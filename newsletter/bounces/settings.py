@@ -11,7 +11,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from newsletter.bounces.webhooks import WebhookSettings
+from newsletter.bounces.webhook_settings import WebhookSettings
 
 
 class _Strict(BaseModel):

@@ -63,11 +63,13 @@ def page_url(base: str, query: str | None, start: int, size: int) -> str:
 
 
 def has_query(base: str) -> bool:
+    """Whether the API URL ``base`` names what to search (``search_query`` or ``id_list``)."""
     params = dict(parse_qsl(urlsplit(base).query))
     return bool(params.get("search_query") or params.get("id_list"))
 
 
 def parse(body: bytes, url: str) -> ParseResult:
+    """The papers on one page of API results, with the query's total."""
     parsed = parse_xml_feed(body)
     papers: list[PaperData] = []
     skipped: list[Skipped] = []

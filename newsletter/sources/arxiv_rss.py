@@ -25,6 +25,7 @@ _HEAD = re.compile(r"^\s*arXiv:(?P<id>\S+)\s+Announce Type:\s*(?P<type>[\w-]+)\s
 
 
 def parse(body: bytes, url: str) -> ParseResult:
+    """The papers in one arXiv listing feed, with their announce type."""
     parsed = parse_xml_feed(body)
     papers: list[PaperData] = []
     skipped: list[Skipped] = []

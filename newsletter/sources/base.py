@@ -97,6 +97,7 @@ def response_excerpt(body: bytes, url: str) -> str:
 
 
 def struct_to_datetime(value: struct_time | None) -> datetime | None:
+    """A feedparser time (UTC) as an aware datetime, or ``None``."""
     if value is None:
         return None
     return datetime.fromtimestamp(timegm(value), UTC)

@@ -42,6 +42,7 @@ def bozo_problem(parsed: Any, url: str, body: bytes = b"") -> tuple[str, ...]:
 
 
 def parse(body: bytes, url: str) -> ParseResult:
+    """The papers in an RSS or Atom feed, keyed by arXiv id, DOI or link."""
     parsed = parse_xml_feed(body, generic=True)
     # Relative links (no xml:base) resolve against the feed's own link, else where it came from.
     base = parsed.feed.get("link") or (url if url.startswith(("http://", "https://")) else "")

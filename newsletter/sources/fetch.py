@@ -60,6 +60,7 @@ class FetchResult:
 
     @property
     def not_modified(self) -> bool:
+        """Whether the server answered 304 Not Modified (there is no body)."""
         return self.body is None
 
 
@@ -72,11 +73,13 @@ class BlockedAddress(FetchError):
 
 
 def user_agent(contact: str | None) -> str:
+    """The ``User-Agent`` header for fetches, with the operator's ``contact`` when set."""
     ua = f"newsletter/{__version__} (self-hosted paper digest"
     return ua + (f"; {contact})" if contact else ")")
 
 
 def system_resolver(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to, each once; raises :class:`FetchError` when it cannot."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
@@ -177,6 +180,7 @@ class Fetcher:
         )
 
     def close(self) -> None:
+        """Close the HTTP clients."""
         for client in self._clients.values():
             client.close()
         self._clients.clear()

@@ -15,6 +15,7 @@ from newsletter.sources.base import ParseResult, Skipped, clean_text, response_e
 
 
 def parse(body: bytes, url: str) -> ParseResult:
+    """The papers in one Daily Papers answer (a JSON list)."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -9,6 +9,8 @@ is why they live here and not in :mod:`.db`: the mixins import this module, neve
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +24,7 @@ from sqlalchemy import (
     create_engine,
     event,
 )
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
 from newsletter.errors import (
@@ -39,6 +41,34 @@ _T = TypeVar("_T")
 
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+_REVISION_LINE = re.compile(
+    r"""^(down_revision|revision)\s*(?::[^=]*)?=\s*(?:["']([^"']+)["']|None)""", re.M
+)
+
+
+@functools.cache
+def migrations_head() -> str | None:
+    """The head of the migration chain in :data:`MIGRATIONS`, read from the files' ``revision``
+    and ``down_revision`` lines without loading Alembic (``tests/test_store.py`` checks it
+    against Alembic's own answer); Alembic decides when the chain has branches."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        found = dict((k, v) for k, v in _REVISION_LINE.findall(path.read_text(encoding="utf-8")))
+        if found.get("revision"):
+            revisions.add(found["revision"])
+        if found.get("down_revision"):
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    if len(heads) == 1:
+        return heads.pop()
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
 
 
 def normalize_url(url: str) -> str:
@@ -135,7 +165,13 @@ def database_error(url: str, error: BaseException, where: str = "database.url") 
             f"the database {shown} refused the login ({reason}); fix the user or password in "
             f"{where}"
         )
-    if code.startswith("08") or isinstance(orig, OSError) or "connection" in reason.lower():
+    # what SQLAlchemy itself says about a connection (a misuse) is no sign the server is away
+    from_driver = isinstance(error, DBAPIError) or not isinstance(error, _SAError)
+    if (
+        code.startswith("08")
+        or isinstance(orig, OSError)
+        or (from_driver and "connection" in reason.lower())
+    ):
         return DatabaseUnavailable(
             f"cannot connect to the database {shown} ({reason}); start the server or fix {where}"
         )
@@ -207,6 +243,12 @@ class StoreBase:
                 if not path.startswith("file:"):  # a file: URI names an existing file
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.engine = engine
+        self._db_errors: tuple[type[BaseException], ...] = (
+            _SAError,
+            self.engine.dialect.loaded_dbapi.Error,
+        )
+        """What a public method turns into :meth:`error` (see :mod:`.guard`): SQLAlchemy's errors
+        and the driver's own (the ledger's fast paths run SQL on the driver connection)."""
         self._sent_papers_stmt: Insert | None = None
         self._claim_stmt: Insert | None = None
         self._datetime_bind: Callable[[datetime], Any] | None = None
@@ -276,11 +318,8 @@ class StoreBase:
 
     def check_connection(self) -> None:
         """Open one connection; raise :class:`DatabaseUnavailable` (one line) when it fails."""
-        try:
-            with self.engine.connect() as conn:
-                conn.exec_driver_sql("SELECT 1")
-        except _SAError as e:
-            raise self.error(e) from e
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
 
     def _alembic_config(self, connection: Connection) -> Any:
         from alembic.config import Config as AlembicConfig
@@ -318,23 +357,30 @@ class StoreBase:
             raise self.error(e) from e
 
     def current_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
+        """The schema revision the database is at (``None``: never migrated).
+
+        Read from Alembic's ``alembic_version`` table directly: loading Alembic costs every
+        command a quarter of a second at start-up, and only ``db upgrade`` needs it."""
+        from sqlalchemy import inspect
 
         with self.engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+        if len(rows) > 1:  # branches: let Alembic say what it makes of them
+            from alembic.runtime.migration import MigrationContext
+
+            with self.engine.connect() as conn:
+                return MigrationContext.configure(conn).get_current_revision()
+        return str(rows[0][0]) if rows else None
 
     def head_revision(self) -> str | None:
-        from alembic.script import ScriptDirectory
-
-        with self.engine.connect() as conn:
-            return ScriptDirectory.from_config(self._alembic_config(conn)).get_current_head()
+        """The revision this code's migrations lead to (:func:`migrations_head`)."""
+        return migrations_head()
 
     def check_schema(self) -> None:
         """Raise :class:`StoreError` with the fix when the database is not migrated."""
-        try:
-            current = self.current_revision()
-        except (OperationalError, ProgrammingError) as e:
-            raise self.error(e) from e
+        current = self.current_revision()  # a database error comes as StoreError (.guard)
         head = self.head_revision()
         if current != head:
             state = (

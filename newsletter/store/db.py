@@ -4,7 +4,9 @@ This module only composes :class:`Store` from one mixin per domain and keeps the
 modules import from here. Where each domain lives:
 
 - :mod:`.base`: the engine, connection retries, errors as :class:`StoreError`, migrations;
-- :mod:`.records`: the record types (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, …);
+- :mod:`.guard`: every public method's database errors raised as :class:`StoreError`;
+- :mod:`newsletter.models`: the record types (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, …),
+  re-exported here and by :mod:`.records` for older imports;
 - :mod:`.papers`: papers, their sources and signals, votes;
 - :mod:`.subscribers`: subscribers, topics, forgotten addresses, imports;
 - :mod:`.consent`: confirmation, preferences, unsubscribing, rate limits;
@@ -16,6 +18,14 @@ modules import from here. Where each domain lives:
 
 from __future__ import annotations
 
+from newsletter.models import (
+    EditionClaim,
+    EditionRecord,
+    LedgerOp,
+    PaperWrite,
+    RunRecord,
+    SourceState,
+)
 from newsletter.store.base import (
     MIGRATIONS,
     SUPPORTED,
@@ -27,6 +37,7 @@ from newsletter.store.base import (
 )
 from newsletter.store.bounces import BounceStore
 from newsletter.store.consent import ConsentStore
+from newsletter.store.guard import guard_errors
 from newsletter.store.ledger import LedgerStore
 from newsletter.store.ops import OpsStore
 from newsletter.store.papers import (
@@ -35,14 +46,6 @@ from newsletter.store.papers import (
     _paper_row,
     content_hash,
     upvote_velocity,
-)
-from newsletter.store.records import (
-    EditionClaim,
-    EditionRecord,
-    LedgerOp,
-    PaperWrite,
-    RunRecord,
-    SourceState,
 )
 from newsletter.store.runs import RunStore
 from newsletter.store.sources import SourceStore
@@ -69,6 +72,7 @@ __all__ = [
 ]
 
 
+@guard_errors
 class Store(
     PaperStore,
     SubscriberStore,
@@ -80,4 +84,11 @@ class Store(
     StoreBase,
     BounceStore,
 ):
-    """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate."""
+    """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate.
+
+    Every public method raises a database failure as a :class:`~newsletter.errors.StoreError`
+    subclass, never a SQLAlchemy or driver exception (:mod:`.guard`); the raw :attr:`engine` and
+    the connection :meth:`ledger_connection` returns are the exceptions to that rule. Callers
+    should depend on :class:`~newsletter.store.protocol.StoreProtocol` (or one of its domain
+    protocols), not on this class.
+    """

@@ -19,7 +19,9 @@ from sqlalchemy import (
 )
 
 from newsletter.models import (
+    EditionClaim,
     EditionStatus,
+    LedgerOp,
     SubscriberStatus,
 )
 from newsletter.store import tables as t
@@ -37,11 +39,15 @@ from newsletter.store.ledger_sql import (
     _is_sent_mark,
     _pg_ledger,
 )
-from newsletter.store.records import EditionClaim, LedgerOp
 
 
 class LedgerStore(StoreBase):
     """Claims, sends and marks: the write side of the edition ledger."""
+
+    def writer_connection(self) -> Connection:
+        """A connection of the ledger writer's own, for :meth:`apply_ledger` batches (opening
+        it fails as a :class:`~newsletter.errors.StoreError`, like every method here)."""
+        return self.engine.connect()
 
     def ledger_connection(self) -> Connection | None:
         """PostgreSQL: an autocommit connection for the sender's one-statement group commits,

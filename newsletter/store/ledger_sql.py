@@ -1,6 +1,14 @@
 """The edition ledger's hot statements, built once: the claim, the begin-send and final-mark
 updates and the driver-level SQL the fast paths run on SQLite (sqlite3) and PostgreSQL
-(psycopg), plus the status sets the ledger checks transitions against."""
+(psycopg), plus the status sets the ledger checks transitions against.
+
+The begin and the sent mark are written more than once on purpose: as SQLAlchemy statements
+(``begin_send``, ``mark_edition``, and the fallbacks), per row for sqlite3 (an in-process
+database: ``executemany`` of a tiny UPDATE is its cheapest form, and SQLite has no arrays) and
+as one array statement for psycopg (one round trip per group commit). One SQL text for both
+drivers would force PostgreSQL back to a statement per row or SQLite onto ``json_each`` joins;
+``tests/test_ledger_contract.py`` instead runs every variant of each transition on both
+databases and requires identical rows."""
 
 from __future__ import annotations
 
@@ -23,11 +31,11 @@ from sqlalchemy import (
 
 from newsletter.models import (
     EditionStatus,
+    LedgerOp,
     SubscriberStatus,
 )
 from newsletter.store import tables as t
 from newsletter.store.base import _naive
-from newsletter.store.records import LedgerOp
 
 # The senders' hot statements, built once (their compiled form is cached; building them per
 # message costs more than running them).

@@ -16,11 +16,12 @@ from sqlalchemy import (
 )
 
 from newsletter.models import (
+    EditionClaim,
+    EditionRecord,
     EditionStatus,
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
-from newsletter.store.records import EditionClaim, EditionRecord
 
 _UNSETTLED = (EditionStatus.UNKNOWN.value, EditionStatus.HELD.value, EditionStatus.RESEND.value)
 """Editions whose delivery is unknown until the next run re-sends them or an operator settles."""

@@ -25,11 +25,11 @@ from newsletter.errors import (
 from newsletter.models import (
     Paper,
     PaperData,
+    PaperWrite,
     Vote,
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase, _by_key
-from newsletter.store.records import PaperWrite
 
 
 def content_hash(p: PaperData | Paper) -> str:

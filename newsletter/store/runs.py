@@ -14,9 +14,9 @@ from sqlalchemy import (
     update,
 )
 
+from newsletter.models import RunRecord
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
-from newsletter.store.records import RunRecord
 
 
 class RunStore(StoreBase):

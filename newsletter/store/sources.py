@@ -7,9 +7,9 @@ from sqlalchemy import (
     select,
 )
 
+from newsletter.models import SourceState
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
-from newsletter.store.records import SourceState
 
 
 class SourceStore(StoreBase):

@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.models import Subscriber
 from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
-from newsletter.web.archive import archivable, trending_on
 from newsletter.web.context import WebContext, public_url, web_context
 from newsletter.web.security import client_address
 
@@ -105,10 +105,12 @@ class DayOut(BaseModel):
 
 
 def problem(status: int, detail: str, field: str | None = None) -> JSONResponse:
+    """A problem answer: ``status`` with what is wrong and, if known, the field."""
     return JSONResponse(Problem(detail=detail, field=field).model_dump(), status_code=status)
 
 
 def out(sub: Subscriber) -> SubscriptionOut:
+    """The subscription as the API shows it."""
     return SubscriptionOut(
         email=sub.email,
         name=sub.name,

@@ -18,6 +18,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver import MailerFactory
 from newsletter.render import Renderer, make_environment
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
 from newsletter.web import api, ops, pages, webhooks
@@ -34,13 +35,16 @@ def create_app(
     mailer_factory: MailerFactory | None = None,
     now: Clock = utcnow,
 ) -> FastAPI:
+    """The web app on ``config`` and ``store``: pages, JSON API, ops routes and bounce webhooks."""
     env = make_environment(config.templates_dir())
     env.filters["http_url"] = http_url
     css = env.get_template("web/web.css").render()
+    services = Services(config, store, clock=now, relay=mailer_factory)
     ctx = WebContext(
         config=config,
         store=store,
-        service=Subscriptions(config, store, mailer_factory, now),
+        service=Subscriptions(config, store, now=now, services=services),
+        services=services,
         env=env,
         renderer=Renderer(config.settings, config.templates_dir()),
         now=now,

@@ -1,18 +1,11 @@
-"""The archive: a sent digest re-rendered from the ledger, and the public page of a day.
-
-Nothing is stored as HTML: a sent edition is its ledger row plus the ``sent_papers`` rows that
-carry its id; re-ranking just those papers gives back the sections and the reasons.
-"""
+"""A sent digest as a web page: the edition rebuilt from the ledger, rendered as it was mailed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from datetime import date
 
 from newsletter.config import Settings
-from newsletter.models import Digest, DigestItem, Paper, TopicSection
-from newsletter.rank import Ranker
+from newsletter.edition.archive import sent_digest
 from newsletter.render import DigestLinks, Renderer
 from newsletter.store import Store
 
@@ -26,62 +19,7 @@ def render_sent_edition(
     links: DigestLinks | None,
 ) -> str | None:
     """The HTML of a sent digest, re-rendered; ``None`` when there is no such sent edition."""
-    sub = store.subscriber_by_id(subscriber_id)
-    record = store.edition_for(subscriber_id, edition_date)
-    if sub is None or record is None or not record.status.delivered:
+    digest = sent_digest(settings, store, subscriber_id, edition_date)
+    if digest is None:
         return None
-    papers = store.edition_papers(record.id)
-    ranker = Ranker(settings.topics, papers, record.finished or record.claimed)
-    order = [*sub.topics, *(t.name for t in settings.topics if t.name not in sub.topics)]
-    sections = list(
-        ranker.sections(
-            order,
-            max_items=max(len(papers), 1),
-            group_by_topic=settings.digest.group_by_topic,
-        )
-    )
-    placed = {i.paper.id for s in sections for i in s.items}
-    rest = [p for p in papers if p.id not in placed]
-    if rest:  # the topics changed since: keep every paper the mail carried
-        items = tuple(DigestItem(p, "", 0.0, "in this edition") for p in rest)
-        sections.append(TopicSection("more", "Also in this edition", items))
-    titles = tuple(settings.topic(t).label for t in sub.topics if t in ranker.topics)
-    digest = Digest(sub, edition_date, tuple(s for s in sections if s.items), titles)
-    if links is None:
-        links = DigestLinks(unsubscribe="", manage="")
-    return renderer.render(digest, links).html
-
-
-@dataclass(frozen=True, slots=True)
-class DayPage:
-    day: date
-    timezone: str
-    sections: tuple[TopicSection, ...]
-    paper_count: int
-
-
-FIRST_DAY = date(1990, 1, 1)
-
-
-def archivable(day: date, now: datetime) -> bool:
-    """Days with a page: from 1990 (arXiv's start) to tomorrow (timezones run ahead of UTC)."""
-    return FIRST_DAY <= day <= (now + timedelta(days=1)).date()
-
-
-def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
-    tz = ZoneInfo(timezone)
-    start = datetime.combine(day, time(0), tz)
-    end = datetime.combine(day + timedelta(days=1), time(0), tz)
-    return start, end
-
-
-def trending_on(settings: Settings, store: Store, day: date, *, per_topic: int = 10) -> DayPage:
-    """The papers first seen on ``day`` (in ``schedule.timezone``), ranked per topic."""
-    tz = settings.schedule.timezone
-    start, end = day_bounds(day, tz)
-    papers: list[Paper] = store.papers_first_seen_between(start, end)
-    ranker = Ranker(settings.topics, papers, end)
-    sections = ranker.sections(
-        [t.name for t in settings.topics], max_items=per_topic, group_by_topic=True
-    )
-    return DayPage(day, tz, tuple(s for s in sections if s.items), len(papers))
+    return renderer.render(digest, links or DigestLinks(unsubscribe="", manage="")).html

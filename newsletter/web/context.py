@@ -9,6 +9,7 @@ from fastapi import Request
 
 from newsletter.config import Config
 from newsletter.render import Renderer, safe_url
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
 
@@ -18,6 +19,8 @@ class WebContext:
     config: Config
     store: Store
     service: Subscriptions
+    services: Services
+    """The process's effects (relay, signer, tokens, clock), shared with the sends it starts."""
     env: jinja2.Environment
     renderer: Renderer
     now: Clock
@@ -25,6 +28,7 @@ class WebContext:
 
 
 def web_context(request: Request) -> WebContext:
+    """The app's :class:`WebContext` (a FastAPI dependency)."""
     ctx = request.app.state.web
     assert isinstance(ctx, WebContext)
     return ctx

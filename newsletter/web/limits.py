@@ -127,5 +127,6 @@ def validation_problem(errors: list[Any]) -> JSONResponse:
 
 
 async def request_validation_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The 422 answer for a request that fails validation."""
     assert isinstance(exc, RequestValidationError | ValidationError)
     return validation_problem(list(exc.errors()))

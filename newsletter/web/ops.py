@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -16,6 +16,9 @@ from newsletter.models import EditionStatus, SubscriberStatus
 from newsletter.store import Store
 from newsletter.web.context import WebContext
 from newsletter.web.limits import validation_problem
+
+if TYPE_CHECKING:
+    from newsletter.edition import SendRequest
 
 router = APIRouter()
 
@@ -30,6 +33,7 @@ def _label(value: str) -> str:
 
 
 def prometheus_text(snapshot: dict[str, Any]) -> str:
+    """The counts of :meth:`Store.ops_snapshot` in the Prometheus text format."""
     lines = [
         "# HELP newsletter_subscribers Subscribers by status.",
         "# TYPE newsletter_subscribers gauge",
@@ -94,6 +98,7 @@ def prometheus_text(snapshot: dict[str, Any]) -> str:
 
 @router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
+    """Prometheus metrics: subscribers, editions, runs and deliverability."""
     ctx = _ctx(request)
     from newsletter.runs import count_interrupted
 
@@ -111,7 +116,7 @@ def deliverability_text(store: Store, now: datetime) -> str:
     return "\n".join(lines) + "\n"
 
 
-class SendRequest(BaseModel):
+class SendBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     to: str | None = None
@@ -138,51 +143,41 @@ async def admin_send(request: Request, response: Response) -> dict[str, Any] | J
     if not raw.strip():
         return validation_problem([{"loc": ("body",), "msg": "a JSON object is required"}])
     try:
-        body = SendRequest.model_validate_json(raw)
+        body = SendBody.model_validate_json(raw)
     except ValidationError as e:
         return validation_problem(list(e.errors()))
     return await run_in_threadpool(_admin_send, ctx, request, response, body)
 
 
 def _admin_send(
-    ctx: WebContext, request: Request, response: Response, body: SendRequest
+    ctx: WebContext, request: Request, response: Response, body: SendBody
 ) -> dict[str, Any]:
-    from newsletter.addresses import InvalidAddress, normalize_address
-    from newsletter.runs import send_step
+    from newsletter.edition import BadSendRequest, SendRequest, send
 
-    to = None
-    if body.to is not None:
-        try:
-            to = normalize_address(body.to)
-        except InvalidAddress as e:
-            raise HTTPException(422, str(e)) from e
-    if body.force and to is None:
-        raise HTTPException(422, "force re-sends one subscriber's edition: give 'to'")
-    if body.topic is not None and body.topic not in {t.name for t in ctx.config.settings.topics}:
-        raise HTTPException(422, f"unknown topic {body.topic!r}")
-    by_workers = ctx.config.settings.workers is not None and to is None and not body.dry_run
+    try:
+        send_request = SendRequest(
+            kind="admin",
+            to=body.to,
+            topic=body.topic,
+            force=body.force,
+            dry_run=body.dry_run,
+            wait=False,  # the workers send; GET /metrics and `newsletter status` follow them
+        ).validated(ctx.config)
+    except BadSendRequest as e:
+        raise HTTPException(422, str(e)) from e
     jobs = getattr(request.app.state, "jobs", None)
     lock = jobs.lock if jobs is not None else None
     if lock is not None and not lock.acquire(timeout=60):
         raise HTTPException(409, "a scheduled run is in progress; try again shortly")
     try:
-        if by_workers:  # the lock is held only while queuing, not while the workers send
+        if send_request.by_workers(ctx.config):  # locked only while queuing, not while sending
             response.status_code = 202
-            return _enqueue(ctx, body.topic)
-        report = send_step(
-            ctx.config,
-            ctx.store,
-            ctx.now(),
-            kind="admin",
-            to=to,
-            topic=body.topic,
-            force=body.force,
-            dry_run=body.dry_run,
-            mailer_factory=ctx.service.mailer_factory,
-        )
+            return _enqueue(ctx, send_request)
+        report = send(ctx.services, send_request, now=ctx.now()).report
     finally:
         if lock is not None:
             lock.release()
+    assert report is not None  # sent in this process
     out: dict[str, Any] = report.as_dict()
     out["relay_error"] = report.relay_error
     out["errors"] = report.errors
@@ -191,16 +186,17 @@ def _admin_send(
     return out
 
 
-def _enqueue(ctx: WebContext, topic: str | None) -> dict[str, Any]:
+def _enqueue(ctx: WebContext, send_request: SendRequest) -> dict[str, Any]:
     """Queue the edition's chunks for the workers (as `send --now --no-wait`); what was queued."""
-    from newsletter.workers import BrokerError, send_with_workers
+    from newsletter.edition import send
+    from newsletter.edition.workers import BrokerError
 
     workers = ctx.config.settings.workers
     assert workers is not None
+    topic = send_request.topic
     try:
-        enqueued, _ = send_with_workers(
-            ctx.config, ctx.store, ctx.now(), kind="admin", topic=topic, wait=False
-        )
+        enqueued = send(ctx.services, send_request, now=ctx.now()).enqueued
+        assert enqueued is not None  # a whole-list send with workers: queued
     except BrokerError as e:  # the run is recorded as failed
         raise HTTPException(
             503, f"{e}; then POST again (editions already sent are left out)"

@@ -3,6 +3,11 @@
 GETs never change anything (link scanners follow them): confirm, unsubscribe and "more/less
 like this" links open a page with one button. The unsubscribe URL also takes the RFC 8058 one-click POST that mail
 clients send from the ``List-Unsubscribe`` header.
+
+Why one module of this length: it is one short section per page (subscribe, confirm, manage,
+feedback, unsubscribe, archive), mostly a GET and a POST each, all sharing the page helpers, the
+CSRF check and the wording of :func:`token_problem`; the logic behind them lives elsewhere
+(:mod:`newsletter.subscribe`, :mod:`newsletter.feedback`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.feedback import Ballot, Feedback, FeedbackError, FeedbackLinks
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import DigestLinks
 from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
-from newsletter.web.archive import archivable, render_sent_edition, trending_on
+from newsletter.web.archive import render_sent_edition
 from newsletter.web.context import WebContext, web_context
 from newsletter.web.security import (
     CSP_DIGEST,
@@ -44,6 +50,7 @@ Ctx = Depends(web_context)
 
 
 def page(ctx: WebContext, name: str, status: int = 200, **values: Any) -> HTMLResponse:
+    """The page rendered from template ``web/{name}``."""
     settings = ctx.config.settings
     html = ctx.env.get_template(f"web/{name}").render(
         sender=settings.sender, brand=settings.sender.from_name or "Trending papers", **values
@@ -52,10 +59,12 @@ def page(ctx: WebContext, name: str, status: int = 200, **values: Any) -> HTMLRe
 
 
 def message(ctx: WebContext, title: str, text: str, status: int, **extra: Any) -> HTMLResponse:
+    """A page with a title and one paragraph of text."""
     return page(ctx, "message.html", status, title=title, text=text, **extra)
 
 
 def token_problem(ctx: WebContext, e: TokenError, what: str) -> HTMLResponse:
+    """The page explaining why a link's token cannot be used (used, expired or damaged)."""
     if isinstance(e, LinkUsed):
         if e.subscribed:  # a second click: harmless, but the link hands out nothing
             return message(
@@ -130,6 +139,7 @@ def _subscribe_form(
 @router.get("/", response_class=HTMLResponse)
 @router.get("/subscribe", response_class=HTMLResponse)
 def subscribe_page(request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    """The subscribe form."""
     return _subscribe_form(ctx, request)
 
 
@@ -144,6 +154,7 @@ def _int_or_none(value: object) -> int | None:
 
 @router.post("/subscribe", response_class=HTMLResponse)
 async def subscribe_submit(request: Request, ctx: WebContext = Ctx) -> Response:
+    """Ask for a subscription from the form; the page says to check the mail or what to correct."""
     form = await request.form()
     if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
         return message(
@@ -209,6 +220,7 @@ def _subscribe_sync(
 
 @router.get("/confirm/{token}", response_class=HTMLResponse)
 def confirm_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """The page with the button that confirms a subscription."""
     try:
         ctx.service.check_confirmation(token)
     except TokenError as e:
@@ -218,6 +230,7 @@ def confirm_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
 
 @router.post("/confirm/{token}", response_class=HTMLResponse)
 def confirm_submit(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    """Confirm the subscription; the page shows its topics and links."""
     try:
         sub = ctx.service.confirm(token, origin=f"web {client_address(request)}")
     except TokenError as e:
@@ -280,6 +293,7 @@ def _manage_subscriber(ctx: WebContext, token: str) -> Subscriber:
 def manage_page(
     token: str, request: Request, saved: int = 0, undone: int = 0, ctx: WebContext = Ctx
 ) -> HTMLResponse:
+    """The manage page: topics, schedule, pause and votes."""
     try:
         sub = _manage_subscriber(ctx, token)
     except TokenError as e:
@@ -297,6 +311,7 @@ def manage_page(
 
 @router.post("/manage/{token}", response_class=HTMLResponse)
 async def manage_submit(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    """Save the choices made on the manage page (topics, name, schedule, pause)."""
     form = await request.form()
     if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
         return message(
@@ -413,6 +428,7 @@ def feedback_page(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLRe
 
 @router.post("/feedback/{token}", response_class=HTMLResponse)
 async def feedback_submit(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    """Record (or undo) the vote a feedback link names."""
     form = await request.form()
     if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
         return _stale_form(ctx)
@@ -438,6 +454,7 @@ def _feedback_sync(ctx: WebContext, request: Request, token: str, undo: bool) ->
 
 @router.get("/unsubscribe/{token}", response_class=HTMLResponse)
 def unsubscribe_page(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """The page with the button that unsubscribes."""
     try:
         sub = ctx.service.subscriber_for(Purpose.UNSUBSCRIBE, token)
     except TokenError as e:
@@ -461,6 +478,7 @@ def unsubscribe_now(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
 
 @router.get("/archive/view/{token}", response_class=HTMLResponse)
 def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """A sent digest as its reader got it ("view in browser")."""
     try:
         sub, day = ctx.service.view_for(token)
     except TokenError as e:
@@ -484,6 +502,7 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
 
 @router.get("/archive", response_class=HTMLResponse)
 def archive_index(ctx: WebContext = Ctx) -> HTMLResponse:
+    """The list of days with sent digests."""
     days = ctx.store.sent_edition_dates(60)
     response = page(ctx, "archive_index.html", days=days)
     response.headers["Cache-Control"] = "public, max-age=600"
@@ -492,6 +511,7 @@ def archive_index(ctx: WebContext = Ctx) -> HTMLResponse:
 
 @router.get("/archive/{day}", response_class=HTMLResponse)
 def archive_day(day: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """The papers trending on one day."""
     try:
         when = date.fromisoformat(day)
     except ValueError:

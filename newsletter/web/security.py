@@ -45,6 +45,7 @@ def csrf_cookie_value(request: Request) -> str:
 
 
 def set_csrf_cookie(request: Request, response: Response, value: str) -> None:
+    """Set the CSRF cookie on ``response`` (HttpOnly, SameSite=Strict; Secure over https)."""
     response.set_cookie(
         CSRF_COOKIE,
         value,
@@ -56,10 +57,12 @@ def set_csrf_cookie(request: Request, response: Response, value: str) -> None:
 
 
 def csrf_field(tokens: Tokens, cookie_value: str) -> str:
+    """The form field value for the CSRF cookie ``cookie_value``: a signed copy."""
     return tokens.make(Purpose.CSRF, cookie_value)
 
 
 def csrf_ok(tokens: Tokens, request: Request, field: object) -> bool:
+    """Whether the form's CSRF field is a valid signed copy of the request's cookie."""
     cookie = request.cookies.get(CSRF_COOKIE)
     if not cookie or not isinstance(field, str) or len(field) > 500:
         return False
@@ -73,6 +76,7 @@ def csrf_ok(tokens: Tokens, request: Request, field: object) -> bool:
 async def security_headers(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
+    """Middleware: add the security headers (CSP, framing, referrer) the response does not set."""
     response = await call_next(request)
     h = response.headers
     h.setdefault("Content-Security-Policy", CSP)

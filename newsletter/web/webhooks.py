@@ -21,13 +21,13 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.bounces import sns
 from newsletter.bounces import webhooks as hooks
 from newsletter.bounces.decide import BounceDecider
 from newsletter.bounces.events import BounceEvent, EventSource
 from newsletter.bounces.settings import BounceSettings
+from newsletter.bounces.webhook_settings import WebhookSettings
 from newsletter.errors import NewsletterError
 from newsletter.store import Store
 from newsletter.subscribe import Clock
@@ -56,10 +56,7 @@ def store_applier(store: Store, settings: BounceSettings) -> ApplyEvents:
     decider = BounceDecider(store, settings)
 
     def apply(events: Sequence[BounceEvent]) -> None:
-        try:
-            decider.apply(list(events))
-        except SQLAlchemyError as e:
-            raise store.error(e) from e
+        decider.apply(list(events))  # the Store raises its database errors as StoreError
 
     return apply
 
@@ -68,7 +65,7 @@ def store_applier(store: Store, settings: BounceSettings) -> ApplyEvents:
 class WebhookState:
     """What the routes share: settings, clock, where events go, and the replay memories."""
 
-    settings: hooks.WebhookSettings
+    settings: WebhookSettings
     now: Clock
     apply_events: ApplyEvents
     certificates: sns.Certificates = field(default_factory=sns.Certificates)

@@ -235,6 +235,8 @@ class TcpProxy:
         """Refuse new connections and cut the open ones."""
         listener, self._listener = self._listener, None
         if listener is not None:
+            with contextlib.suppress(OSError):  # wakes the blocked accept(): else the kernel
+                listener.shutdown(socket.SHUT_RDWR)  # keeps queueing connections for it
             listener.close()
         with self._lock:
             socks, self._socks = self._socks, []

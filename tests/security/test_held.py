@@ -7,7 +7,7 @@ XSS in feed fields (title, abstract, authors, categories, links)
     tests/test_render.py::test_feed_text_stays_text_in_both_parts (a hostile paper in both
     renderers: every field, ``javascript:`` and quote-breaking links, template syntax);
     tests/test_sources.py::test_hostile_entry_stays_text (the parser keeps markup as text);
-    tests/test_mime.py::test_hostile_feed_text_gives_the_same_message_as_email_message.
+    tests/deliver/test_mime.py::test_hostile_feed_text_gives_the_same_message_as_email_message.
     Here: :func:`test_xss_in_every_feed_field_through_ingest_mail_and_archive`, a hostile feed
     through the real ingest into both databases, the digest a real SMTP server receives, and
     the web archive's day page.
@@ -19,7 +19,7 @@ CRLF in addresses and display names
     ::test_config_seed_with_injected_name_is_a_config_error (config ``subscribers:``);
     tests/test_config.py::test_header_injecting_address_is_refused (``sender.from``);
     tests/web/test_pages.py::test_invalid_address_and_topic_are_named (CRLF in the form);
-    tests/test_mime.py::test_no_cr_or_lf_from_data_reaches_a_header.
+    tests/deliver/test_mime.py::test_no_cr_or_lf_from_data_reaches_a_header.
     Here: bare CR, bare LF, NUL and CRLF in the form and the JSON API
     (:func:`test_line_breaks_in_addresses_are_refused_by_form_and_api`); CRLF in every address
     and name the config takes (:func:`test_line_breaks_in_config_addresses_are_refused`).
@@ -71,7 +71,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import ConfigError, load_config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
 from newsletter.sources.fetch import BlockedAddress, Fetcher, FetchError, system_resolver
@@ -81,6 +80,7 @@ from newsletter.tokens import Purpose, Tokens
 from newsletter.web import create_app
 from tests.conftest import NOW, SmtpServer, write_config
 from tests.feedserver import Answer, FeedServer, feed_server
+from tests.sends import run_send
 from tests.web.conftest import BASE, Clock, csrf_of, link_to, web_settings
 
 # ---------------------------------------------------------------------------- XSS

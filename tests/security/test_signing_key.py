@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from newsletter.cli import cli
 from newsletter.config import MIN_SECRET_KEY_LENGTH, load_config
 from newsletter.errors import ConfigError
+from newsletter.tokens import signing_key
 from tests.conftest import base_config, write_config
 
 ENV = "NEWSLETTER_SECRET_KEY"
@@ -43,7 +44,7 @@ def test_an_existing_empty_key_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "var" / "secret.key").write_text("\n")
     config = load_config(path)
     with pytest.raises(ConfigError) as e:
-        config.secret_key()
+        signing_key(config)
     message = str(e.value)
     assert "secret.key" in message and "empty" in message
     assert "secrets.token_urlsafe(48)" in message
@@ -62,7 +63,7 @@ def test_short_or_placeholder_keys_are_refused_from_every_place(
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "secret.key").write_text("0123456789abcdef\n")  # 16 characters
     with pytest.raises(ConfigError, match="16 characters, fewer than 32"):
-        load_config(sqlite_config(tmp_path)).secret_key()
+        signing_key(load_config(sqlite_config(tmp_path)))
 
     # In the config file: refused at load, naming file:line and the key.
     with pytest.raises(ConfigError, match=r"newsletter\.yaml:\d+: web\.secret_key: .*characters"):
@@ -75,19 +76,19 @@ def test_short_or_placeholder_keys_are_refused_from_every_place(
     for weak in ("", "   ", "x" * (MIN_SECRET_KEY_LENGTH - 1)):
         monkeypatch.setenv(ENV, weak)
         with pytest.raises(ConfigError, match=rf"\${ENV}: the secret key"):
-            config.secret_key()
+            signing_key(config)
     strong = "an-operator-key-from-the-environment-0123456789"
     monkeypatch.setenv(ENV, strong)
-    assert config.secret_key() == strong
+    assert signing_key(config) == strong
 
 
 def test_a_new_key_file_is_strong_and_private(tmp_path: Path) -> None:
     config = load_config(sqlite_config(tmp_path))
-    key = config.secret_key()
+    key = signing_key(config)
     path = tmp_path / "var" / "secret.key"
     assert len(key) >= MIN_SECRET_KEY_LENGTH and path.read_text().strip() == key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert config.secret_key() == key  # read back, not made again
+    assert signing_key(config) == key  # read back, not made again
     assert sorted(p.name for p in path.parent.iterdir()) == ["secret.key"]  # no temp file left
 
 
@@ -96,7 +97,7 @@ def _read_keys(configs: list[str], barrier: Any, results: Any) -> None:
     for config in configs:
         barrier.wait()
         try:
-            keys.append(load_config(config).secret_key())
+            keys.append(signing_key(load_config(config)))
         except ConfigError as e:
             keys.append(f"refused: {e}")
     results.put(keys)

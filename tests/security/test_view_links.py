@@ -14,13 +14,13 @@ from sqlalchemy import func, select, text
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
+from tests.sends import run_send
 from tests.web.conftest import BASE, Clock, body_text
 
 

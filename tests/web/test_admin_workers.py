@@ -17,19 +17,19 @@ from fastapi.testclient import TestClient
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.service import make_jobs
+from newsletter.serve import make_jobs
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
 from tests.conftest import SmtpServer
-from tests.test_workers import (
+from tests.edition.test_workers import (
     REDIS_URL,
     message_ids,
     prepared,
     start_worker,
     workers_config,
 )
-from tests.test_workers import queue as queue  # the fixture: a queue of this test's own
+from tests.edition.test_workers import queue as queue  # the fixture: a queue of this test's own
 
 TOKEN = "s3cret-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,13 +11,13 @@ from fastapi.testclient import TestClient
 
 from newsletter.cli import cli
 from newsletter.config import Config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.models import Frequency, SubscriberStatus
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import NOW, SmtpServer
+from tests.sends import run_send
 from tests.web.conftest import Clock
 
 

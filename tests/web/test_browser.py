@@ -19,13 +19,13 @@ import uvicorn
 
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
 from tests.conftest import SmtpServer, write_config
+from tests.sends import run_send
 from tests.web.conftest import Clock, body_text, web_settings
 
 CHROMIUM = Path("/usr/bin/chromium")

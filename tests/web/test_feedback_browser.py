@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from newsletter.config import Config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import SmtpServer
+from tests.sends import run_send
 from tests.web.conftest import Clock, body_text
 from tests.web.test_browser import ARGS, CHROMIUM, clock, first_link, live
 

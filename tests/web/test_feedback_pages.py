@@ -15,7 +15,7 @@ from newsletter.ingest import decide
 from newsletter.models import DigestItem, Paper, PaperData, Subscriber
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose, Tokens
+from newsletter.tokens import Purpose, Tokens, signing_key
 from tests.web.conftest import BASE, Clock, csrf_of
 
 
@@ -33,7 +33,7 @@ def paper(web_store: Store, clock: Clock) -> Paper:
 
 
 def path_for(config: Config, clock: Clock, sub: Subscriber, paper: Paper, value: int) -> str:
-    tokens = Tokens(config.secret_key(), now=clock)
+    tokens = Tokens(signing_key(config), now=clock)
     links = FeedbackLinks(tokens, BASE).for_subscriber(sub)
     url = links.url(DigestItem(paper, "gpu-kernels", 1.0, ""), value)
     assert url.startswith(f"{BASE}/feedback/")

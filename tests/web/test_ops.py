@@ -38,7 +38,7 @@ def test_metrics_count_runs_whose_process_is_gone(client: TestClient, web_store:
     import os
 
     from newsletter.clock import utcnow
-    from newsletter.sending import HOST, run_owner
+    from newsletter.deliver.ledger import HOST, run_owner
 
     # a run of an earlier incarnation of this pid (a killed process), and one alive (this one)
     web_store.start_run("send", utcnow(), owner=f"{HOST}:{os.getpid()}:0dead000.run")

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from newsletter.addresses import InvalidAddress
 from newsletter.config import Settings
 from newsletter.deliver import Envelope, build_message
-from newsletter.mime import MAX_LINE, header_address, one_line
+from newsletter.deliver.mime import MAX_LINE, header_address, one_line
 from newsletter.render import RenderedDigest, Renderer
 from tests import digests as D
 
@@ -343,7 +343,7 @@ def test_hostile_feed_text_gives_the_same_message_as_email_message(
 
 
 def test_the_quoted_printable_caches_stay_bounded_and_correct() -> None:
-    from newsletter.mime import QuotedPrintable
+    from newsletter.deliver.mime import QuotedPrintable
 
     qp = QuotedPrintable(max_paragraphs=50, max_lines=80)
     for i in range(500):

@@ -34,71 +34,37 @@ checked in one place.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import random
-import socket
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection
-
 from newsletter.config import Config
-from newsletter.deliver import Envelope, Mailer, MailerFactory
+from newsletter.deliver.ledger import LedgerWriter, PendingWrite
+from newsletter.deliver.message import Envelope
+from newsletter.deliver.smtp import Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.models import EditionStatus, Subscriber
+from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Subscriber
 from newsletter.render import RenderedDigest
 from newsletter.stopping import at_once
-from newsletter.store import Store
-from newsletter.store.db import EditionClaim, LedgerOp
+from newsletter.store.protocol import SendStore
 from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)
 
-HOST = socket.gethostname()
 
-
-PROCESS = uuid.uuid4().hex[:8]
-"""This process's incarnation: a restarted container often gets the same pid and host name."""
-
-
-def run_owner() -> str:
-    """A run's name in the ledger: ``host:pid:process.run``."""
-    return f"{HOST}:{os.getpid()}:{PROCESS}.{uuid.uuid4().hex[:8]}"
-
-
-def owner_gone(owner: str) -> bool:
-    """True when ``owner`` (see :func:`run_owner`) names a process on this host that no longer
-    exists: its claims can be resumed at once. Owners on other hosts are never "gone" (their
-    claims wait for ``delivery.claim_lease``)."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != HOST:
-        return False
-    try:
-        pid = int(parts[1])
-    except ValueError:
-        return False
-    if pid == os.getpid():
-        # Our own pid: one of our runs, or an earlier process that had the same pid.
-        return parts[2].split(".")[0] != PROCESS
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, someone else's
-        return False
-    return False
-
-
-def backoff(attempt: int, base: float, cap: float) -> float:
-    """Seconds to wait after failed try number ``attempt`` (1-based): doubling, capped, jittered."""
+def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Seconds to wait after failed try number ``attempt`` (1-based): doubling, capped, jittered
+    by ``rng`` (a pool's own; pass a seeded one for a reproducible run)."""
     delay: float = min(cap, base * 2 ** (attempt - 1))
-    return delay * random.uniform(0.75, 1.0)  # jitter, not security
+    return delay * (rng or _RNG).uniform(0.75, 1.0)  # jitter, not security
+
+
+_RNG = random.Random()
 
 
 class RateLimiter:
@@ -148,12 +114,15 @@ class RateLimiter:
         return not aborted()
 
     def slow_down(self, pause: float) -> None:
+        """Halve the rate (down to one message a minute) and pause for ``pause`` seconds: the relay
+        throttled."""
         with self._lock:
             self.interval = min(60.0, self.interval * 2 if self.interval else 0.1)
             self._paused_until = max(self._paused_until, self.clock() + pause)
 
     @property
     def per_second(self) -> float | None:
+        """The current rate limit in messages per second, or ``None`` when unlimited."""
         return 1.0 / self.interval if self.interval else None
 
 
@@ -177,147 +146,24 @@ longer active at send time), ``lost`` (another run took the claim), ``released``
 RecordFn = Callable[[Outcome, Job, str | None], None]
 
 
-class _Pending:
-    __slots__ = ("done", "error", "op", "posted", "result")
-
-    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
-        self.op = op
-        self.posted = posted
-        self.done = threading.Event()
-        self.result: str | bool | None = None
-        self.error: BaseException | None = None
-
-
-class LedgerWriter:
-    """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
-
-    A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
-    the relay sees the message" and "recorded ``sent`` before the next message on that
-    connection" both hold; batching only merges the commits of senders that are waiting at the
-    same moment (group commit). On SQLite this also keeps the database to two writers (this
-    thread and the claiming one) instead of one per connection.
-    """
-
-    def __init__(self, store: Store, clock: Callable[[], datetime], *, max_batch: int = 64) -> None:
-        self.store = store
-        self.clock = clock
-        self.max_batch = max_batch
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self.failed: BaseException | None = None
-        """The error of a posted write nobody waited for; raised by the next call."""
-        self._conn: Connection | None = None
-        self._fast: Connection | None = None
-        self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
-        self._thread.start()
-
-    def call(self, op: LedgerOp) -> str | bool | None:
-        """Apply ``op`` and return its result once committed (with everything queued before)."""
-        pending = _Pending(op)
-        self._queue.put(pending)
-        pending.done.wait()
-        self._raise_failed()
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
-
-    def post(self, op: LedgerOp) -> _Pending:
-        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
-        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
-        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
-        self._raise_failed()
-        pending = _Pending(op, posted=True)
-        self._queue.put(pending)
-        return pending
-
-    def wait(self, pending: _Pending) -> None:
-        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
-        pending.done.wait()
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        self._raise_failed()
-
-    def _raise_failed(self) -> None:
-        if self.failed is not None:
-            raise self.failed
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        finally:
-            for conn in (self._conn, self._fast):
-                if conn is not None:
-                    conn.close()
-
-    def _autocommit(self) -> Connection | None:
-        """PostgreSQL: a second, autocommit connection for one-statement group commits."""
-        if self._fast is None:
-            self._fast = self.store.ledger_connection()
-        return self._fast
-
-    def _connection(self) -> Connection:
-        """The writer's own connection, opened on first use and again after a failure."""
-        if self._conn is None:
-            self._conn = self.store.engine.connect()
-        return self._conn
-
-    def _loop(self) -> None:
-        stopping = False
-        while not stopping:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < self.max_batch:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stopping = True
-                    break
-                batch.append(nxt)
-            try:
-                ops, now = [p.op for p in batch], self.clock()
-                fast = self._autocommit()
-                results = (
-                    self.store.apply_ledger_at_once(ops, now, fast) if fast is not None else None
-                )
-                if results is None:
-                    results = self.store.apply_ledger(ops, now, conn=self._connection())
-            except BaseException as e:  # every waiting sender sees the error
-                for conn in (self._conn, self._fast):  # maybe broken: the next batch reopens
-                    if conn is not None:
-                        conn.close()
-                self._conn = self._fast = None
-                for p in batch:
-                    p.error = e
-                if any(p.posted for p in batch):
-                    self.failed = self.failed or e
-            else:
-                for p, r in zip(batch, results, strict=True):
-                    p.result = r
-            finally:
-                for p in batch:
-                    p.done.set()
-
-
 class SendPool:
     """``smtp.pool_size`` sender threads behind a bounded queue; see the module docstring."""
 
     def __init__(
         self,
         config: Config,
-        store: Store,
+        store: SendStore,
         *,
         owner: str,
         clock: Callable[[], datetime],
         mailer_factory: MailerFactory,
         record: RecordFn,
         stop: threading.Event | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.settings = config.settings
+        self.rng = rng or random.Random()
+        """Jitter for the backoff between retries (seed it for a reproducible run)."""
         self.delivery = config.settings.delivery
         self.store = store
         self.owner = owner
@@ -427,7 +273,7 @@ class SendPool:
         finally:
             # The last 250 on this connection is recorded before the connection says anything
             # more (QUIT): a kill now cannot re-send a message whose 250 came back.
-            unrecorded: _Pending | None = getattr(self._local, "unrecorded", None)
+            unrecorded: PendingWrite | None = getattr(self._local, "unrecorded", None)
             if unrecorded is not None:
                 self.ledger.wait(unrecorded)
             if mailer is not None:
@@ -555,13 +401,15 @@ class SendPool:
                     )
                 if e.throttled and throttles < d.throttle_retries:
                     throttles += 1
-                    self.limiter.slow_down(backoff(throttles, d.retry_delay, d.retry_max_delay))
+                    self.limiter.slow_down(
+                        backoff(throttles, d.retry_delay, d.retry_max_delay, self.rng)
+                    )
                     self._note("throttled", job, str(e))
                     continue
                 attempt += 1
                 if e.temporary and attempt < d.attempts:
                     self._note("retried", job, str(e))
-                    if self._wait(backoff(attempt, d.retry_delay, d.retry_max_delay)):
+                    if self._wait(backoff(attempt, d.retry_delay, d.retry_max_delay, self.rng)):
                         self.store.release_edition(claim.id, error=e.reason)
                         self._note("released", job, e.reason)
                         return

@@ -17,11 +17,11 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from newsletter.config import load_config
-from newsletter.edition import run_send
 from newsletter.ingest import run_fetch
 from newsletter.sink import free_port
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
+from tests.sends import run_send
 from tests.smtpfaults import FaultHandler, FaultServer
 
 READER = "reader@example.org"

@@ -28,17 +28,18 @@ from sqlalchemy import select
 
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
+from newsletter.edition import SendRequest, Services
+from newsletter.edition.workers import enqueue_edition, ping_worker, send_chunk
 from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.store import tables as t
-from newsletter.workers import enqueue_edition, ping_worker, send_chunk
 from tests.conftest import SmtpServer, base_config, write_config
 
 REDIS_URL = os.environ.get("NEWSLETTER_TEST_REDIS", "redis://127.0.0.1:6379/0")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _redis_reason() -> str | None:
@@ -289,7 +290,7 @@ def test_a_duplicated_chunk_running_twice_at_once_sends_each_digest_once(
     outcomes: list[Any] = []
 
     def run(s: Store) -> None:
-        outcomes.append(send_chunk(config, s, ids, now))
+        outcomes.append(send_chunk(Services(config, s), ids, now))
 
     threads = [threading.Thread(target=run, args=(s,)) for s in (store, second)]
     for th in threads:
@@ -303,12 +304,12 @@ def test_a_duplicated_chunk_running_twice_at_once_sends_each_digest_once(
     # whichever lost a race saw the edition claimed elsewhere and asks to look again later;
     # by now those editions are sent, so the retry finds them done and sends nothing
     retry = [i for o in outcomes for i in o.retry_ids]
-    again = send_chunk(config, store, retry or ids, now)
+    again = send_chunk(Services(config, store), retry or ids, now)
     assert again.result["sent"] == 0 and again.retry_ids == []
     assert len(smtp_server.received) == 60
 
     # a redelivered chunk (the same task again, later) sends nothing either
-    redelivered = send_chunk(config, store, ids, now)
+    redelivered = send_chunk(Services(config, store), ids, now)
     assert redelivered.result["sent"] == 0 and redelivered.result["already"] == 60
     assert len(smtp_server.received) == 60
 
@@ -322,7 +323,7 @@ def test_a_dead_workers_claim_is_taken_over_after_the_lease_keeping_its_message_
     dead, alive = ids[0], ids[1]
     store.claim_edition(dead, now.date(), "<dead@x>", now - timedelta(seconds=30), owner="dead")
     store.claim_edition(alive, now.date(), "<alive@x>", utcnow(), owner="alive")
-    outcome = send_chunk(config, store, ids[:5], now)
+    outcome = send_chunk(Services(config, store), ids[:5], now)
     assert outcome.retry_ids == [alive] and outcome.busy  # retried once the lease runs out
     assert outcome.result["sent"] == 4 and outcome.result["considered"] == 4
     assert message_ids(smtp_server)["s00000@example.org"] == ["<dead@x>"]
@@ -338,7 +339,7 @@ def test_relay_down_gives_back_the_chunk_to_retry(
     down = config.settings.model_copy(
         update={"smtp": config.settings.smtp.model_copy(update={"port": free_port()})}
     )
-    outcome = send_chunk(replace(config, settings=down), store, ids, utcnow())
+    outcome = send_chunk(Services(replace(config, settings=down), store), ids, utcnow())
     assert outcome.retry_ids == ids and not outcome.busy
     assert outcome.result["relay_error"]
     with store.engine.connect() as conn:
@@ -359,7 +360,7 @@ def test_enqueue_cuts_chunks_and_leaves_out_settled_editions(
 
     import redis
 
-    from newsletter.workers import make_app
+    from newsletter.edition.workers import make_app
 
     path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
     config, store, ids = prepared(path, 120)
@@ -371,7 +372,7 @@ def test_enqueue_cuts_chunks_and_leaves_out_settled_editions(
     assert deferred is not None
     store.mark_edition(deferred.id, EditionStatus.DEFERRED, now, error="451 try later")
 
-    enqueued = enqueue_edition(config, store, now, make_app(config))
+    enqueued = enqueue_edition(Services(config, store), now, SendRequest(), make_app(config))
     assert enqueued.subscribers == 119 and enqueued.settled == 1
     assert len(enqueued.results) == 3
     client = redis.Redis.from_url(REDIS_URL)
@@ -483,7 +484,7 @@ def test_send_no_wait_queues_the_chunks_and_records_the_run(
 def test_the_scheduler_tick_queues_due_editions_for_a_worker(
     tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
 ) -> None:
-    from newsletter.service import make_jobs
+    from newsletter.serve import make_jobs
 
     path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
     config, store, ids = prepared(path, 30)
@@ -671,8 +672,8 @@ def _counts(report: Any) -> dict[str, int]:
 def test_worker_mode_reports_the_same_counts_as_in_process_through_a_faulty_relay(
     tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
 ) -> None:
-    from newsletter.runs import send_step
-    from newsletter.workers import send_with_workers
+    from newsletter.edition.workers import send_with_workers
+    from tests.sends import send_step
     from tests.smtpfaults import fault_server
 
     n = 20
@@ -692,7 +693,7 @@ def test_worker_mode_reports_the_same_counts_as_in_process_through_a_faulty_rela
 
         worker = start_worker(path, f"w-{queue}", tmp_path / "worker.log")
         try:
-            _, by_workers = send_with_workers(config, store, utcnow())
+            _, by_workers = send_with_workers(Services(config, store), utcnow(), SendRequest())
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=60)
@@ -717,9 +718,9 @@ def test_worker_mode_alerts_when_the_relay_cannot_be_used_as_in_process(
 ) -> None:
     import logging
 
-    from newsletter.runs import send_step
-    from newsletter.workers import send_with_workers
+    from newsletter.edition.workers import send_with_workers
     from tests.faults.harness import TcpProxy
+    from tests.sends import send_step
 
     # the relay is dead for the first connection of each mode, then answers
     dead_twice = TcpProxy((smtp_server.host, smtp_server.port), reject=1)
@@ -741,7 +742,7 @@ def test_worker_mode_alerts_when_the_relay_cannot_be_used_as_in_process(
             dead_twice.reject = 1
             worker = start_worker(path, f"w-{queue}", tmp_path / "worker.log")
             try:
-                _, by_workers = send_with_workers(config, store, utcnow())
+                _, by_workers = send_with_workers(Services(config, store), utcnow(), SendRequest())
             finally:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(timeout=60)

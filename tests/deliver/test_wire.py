@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from newsletter.config import SmtpSettings
 from newsletter.deliver import Envelope, SmtpMailer, wire_data
+from newsletter.deliver.mime import QuotedPrintable
 from newsletter.errors import DeliveryError
-from newsletter.mime import QuotedPrintable
 from newsletter.render import RenderedDigest
 from tests.conftest import SmtpServer
-from tests.test_mime import build
+from tests.deliver.test_mime import build
 
 
 def mailer(server: SmtpServer) -> SmtpMailer:
@@ -211,3 +211,24 @@ def test_with_pipelining_a_refused_recipient_reads_every_reply_and_resets(
         m.send(build(dotted_digest()))  # the same connection, in step after RSET
     assert any(r.upper().startswith(b"RSET") for r in scripted.reads)
     assert sum(r.count(b"\r\n.\r\n") for r in scripted.reads) == 1
+
+
+@pytest.mark.parametrize(("cap", "connections"), [(0, 1), (3, 3), (1, 7)])
+def test_messages_per_connection_caps_each_session(cap: int, connections: int) -> None:
+    """``smtp.messages_per_connection``: after that many messages the mailer says QUIT and
+    opens a new connection; 0 keeps one connection to the end."""
+    from tests.smtpfaults import fault_server
+
+    with fault_server() as relay:
+        settings = SmtpSettings(host=relay.host, port=relay.port, messages_per_connection=cap)
+        with SmtpMailer(settings) as mailer:
+            for i in range(7):
+                data = b"Subject: hi\r\nMessage-ID: <%d@x.example>\r\n\r\nbody\r\n" % i
+                mailer.send(Envelope("from@x.example", f"r{i}@x.example", data, f"<{i}@x.example>"))
+        assert len(relay.received) == 7
+        assert relay.handler.connections == connections
+
+
+def test_a_mailer_builds_its_tls_settings_once() -> None:
+    mailer = SmtpMailer(SmtpSettings(security="starttls"))
+    assert mailer.tls_context() is mailer.tls_context()

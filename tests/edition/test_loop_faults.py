@@ -20,12 +20,12 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import Config, load_config
-from newsletter.edition import SendReport, edition_date_for, run_send
+from newsletter.edition import SendReport, edition_date_for
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus, SubscriberStatus
-from newsletter.runs import send_step
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
+from tests.sends import run_send, send_step
 from tests.smtpfaults import Fault, FaultServer, Plan, fault_server
 
 ADA, BOB, CY, DEE = (f"{n}@example.org" for n in ("ada", "bob", "cy", "dee"))

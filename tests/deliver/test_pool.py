@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from newsletter.deliver import is_temporary, is_throttle
-from newsletter.sending import RateLimiter, backoff, owner_gone, run_owner
+from newsletter.deliver.ledger import owner_gone, run_owner
+from newsletter.deliver.pool import RateLimiter, backoff
 
 
 class FakeTime:

@@ -1,171 +1,35 @@
-"""Message building and the SMTP relay.
+"""The SMTP relay: one reused connection per :class:`SmtpMailer`.
 
-:func:`build_message` turns a rendered digest into RFC 5322 bytes with the list headers mail
-providers expect (RFC 2369 / RFC 8058 one-click unsubscribe). :class:`SmtpMailer` hands
-messages to any relay (plain, STARTTLS or implicit TLS; AUTH) over one reused connection and
-turns every failure into a :class:`DeliveryError` (one message: temporary, permanent, throttled,
-or ambiguous when the line dropped after the final dot) or a :class:`RelayError` (the relay
-itself is unusable: stop the run). The pool, rate limit, retries and ledger outcomes live in
-:mod:`newsletter.sending`.
+:class:`SmtpMailer` hands messages to any relay (plain, STARTTLS or implicit TLS; AUTH) over
+one reused connection and turns every failure into a :class:`DeliveryError` (one message:
+temporary, permanent, throttled, or ambiguous when the line dropped after the final dot) or a
+:class:`RelayError` (the relay itself is unusable: stop the run). The pool, rate limit,
+retries and ledger outcomes live in :mod:`.pool`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 import smtplib
 import socket
 import ssl
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
-from email import policy
-from email.utils import format_datetime, parseaddr
 from types import TracebackType
 from typing import NoReturn, Protocol
 
 from newsletter.addresses import InvalidAddress, envelope_address
-from newsletter.config import SenderSettings, Settings, SmtpSettings
+from newsletter.config import SmtpSettings
+from newsletter.deliver.message import Envelope, wire_data
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.mime import DigestMessage, MimeWriter, header_address
-from newsletter.render import DigestLinks, RenderedDigest
-
-WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
-
-MIME_WRITER = MimeWriter()
-"""Shared by every message of the process: its quoted-printable line cache is bounded."""
-
-
-def make_message_id(domain: str) -> str:
-    return f"<{uuid.uuid4().hex}@{domain}>"
-
-
-def header_safe(text: str) -> str:
-    """No CR, LF or other control characters may reach a header."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    sender: str
-    recipient: str
-    data: bytes
-    message_id: str
-    crlf: bool = False
-    """``data`` is known to end its lines with CRLF only (no bare CR or LF to fix)."""
-    dot_lines: bool = True
-    """A line of ``data`` may begin with ``.`` (to be doubled on the wire). False only when the
-    writer knows none does."""
-
-
-_EOLS = re.compile(rb"\r\n|\n|\r(?!\n)")
-
-
-def wire_data(envelope: Envelope) -> bytes:
-    """``envelope.data`` as the DATA command carries it (RFC 5321 4.5.2), final dot excluded.
-
-    Bare CR and LF become CRLF (RFC 5321 2.3.8 allows no other line ending; ``smtplib`` passes
-    bytes through as they are) and a dot that begins a line is doubled, but only when the
-    envelope does not vouch for its bytes: a digest from :mod:`newsletter.mime` is CRLF
-    throughout and knows whether it has a dotted line, so its 60 KB are not scanned per message.
-    """
-    data = envelope.data
-    if not envelope.crlf:
-        data = _EOLS.sub(b"\r\n", data)
-    if envelope.dot_lines:
-        if data.startswith(b"."):
-            data = b"." + data
-        data = data.replace(b"\n.", b"\n..")
-    if not data.endswith(b"\r\n"):
-        data += b"\r\n"
-    return data
-
-
-def build_message(
-    rendered: RenderedDigest,
-    *,
-    settings: Settings,
-    to_address: str,
-    to_name: str,
-    message_id: str,
-    links: DigestLinks,
-    now: datetime,
-) -> Envelope:
-    """The digest as RFC 5322 bytes, assembled by :mod:`newsletter.mime` (not ``email.message``).
-
-    Headers: Subject, From, To, Reply-To (when set), Date, Message-ID, List-Id, List-Unsubscribe
-    (HTTPS, and a ``mailto:`` to ``inbound.address`` when one is set: the address whose
-    ``unsubscribe`` command ``newsletter inbound`` answers) with ``List-Unsubscribe-Post: List-Unsubscribe=One-Click`` (RFC 8058),
-    Auto-Submitted, Precedence: bulk, X-Auto-Response-Suppress. Body: multipart/alternative,
-    text then HTML, quoted-printable, CRLF. An IDN domain is written in its IDNA form; a
-    non-ASCII local part is written as UTF-8 (RFC 6532) and the mailer sends it with SMTPUTF8.
-    """
-    s = _sender_fields(settings.sender, settings.inbound.address)
-    data, dot_lines = MIME_WRITER.compose(
-        DigestMessage(
-            subject=rendered.subject,
-            from_name=s.from_name,
-            from_address=s.from_address,
-            to_name=to_name,
-            to_address=to_address,
-            reply_to_name=s.reply_to_name,
-            reply_to_address=s.reply_to_address,
-            date=format_datetime(now),
-            message_id=message_id,
-            list_id_name=s.list_id_name,
-            list_id=s.list_id,
-            unsubscribe_url=links.unsubscribe,
-            unsubscribe_mailto=s.unsubscribe_mailto,
-            text=rendered.text,
-            html=rendered.html,
-        )
-    )
-    # The recipient as stored: the mailer turns it into its envelope form (IDNA, SMTPUTF8).
-    return Envelope(s.from_address, to_address, data, message_id, crlf=True, dot_lines=dot_lines)
-
-
-@dataclass(frozen=True, slots=True)
-class _SenderFields:
-    from_name: str
-    from_address: str
-    reply_to_name: str
-    reply_to_address: str | None
-    list_id_name: str
-    list_id: str
-    unsubscribe_mailto: str | None
-
-
-@functools.lru_cache(maxsize=16)
-def _sender_fields(sender: SenderSettings, request_address: str | None) -> _SenderFields:
-    """The sender's header fields, parsed once per settings (parsing costs ~0.1 ms a message).
-
-    The ``mailto:`` unsubscribe goes to the request address (``inbound.address``), the one
-    address that answers an ``unsubscribe`` mail; without one there is no mailto (the From
-    address takes no commands).
-    """
-    reply_name, reply_address = parseaddr(sender.reply_to) if sender.reply_to else ("", "")
-    list_id = sender.list_id or f"Trending papers <digest.{sender.message_domain}>"
-    m = re.match(r"^(.*?)<([^<>]*)>\s*$", list_id)
-    from_address = header_address(sender.from_address)
-    return _SenderFields(
-        from_name=sender.from_name,
-        from_address=from_address,
-        reply_to_name=reply_name,
-        reply_to_address=reply_address or None,
-        list_id_name=m.group(1) if m else "",
-        list_id=m.group(2) if m else list_id,
-        unsubscribe_mailto=f"mailto:{header_address(request_address)}?subject=unsubscribe"
-        if request_address
-        else None,
-    )
 
 
 class Mailer(Protocol):
-    def send(self, envelope: Envelope) -> None: ...
+    def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay; raises :class:`DeliveryError` or :class:`RelayError`."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the connection, if one is open."""
 
 
 MailerFactory = Callable[[], Mailer]
@@ -246,7 +110,7 @@ class _TrackingSSL(_Tracking, smtplib.SMTP_SSL):
 class SmtpMailer:
     """One connection to the relay, reused for every message; reopened when the relay closed it.
 
-    A pool of N connections is N mailers (see :mod:`newsletter.sending`). ``send`` raises
+    A pool of N connections is N mailers (see :mod:`.pool`). ``send`` raises
     :class:`DeliveryError` for one message (``stage``, ``temporary``, ``throttled`` and
     ``ambiguous`` say what happened) and :class:`RelayError` when the relay cannot be used at
     all (unreachable, TLS failure, login refused). After any failure of a message the
@@ -257,6 +121,14 @@ class SmtpMailer:
         self.smtp = smtp
         self._conn: _Tracking | None = None
         self._sent_on_conn = 0
+        self._tls: ssl.SSLContext | None = None
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The TLS settings for this relay (system CAs, hostname checked), built once: loading
+        the CA store costs more than a handshake, and a mailer reconnects many times."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
     def __enter__(self) -> SmtpMailer:
         return self
@@ -268,17 +140,17 @@ class SmtpMailer:
         return f"{self.smtp.host}:{self.smtp.port}"
 
     def connect(self) -> _Tracking:
+        """A new logged-in connection to the relay; raises :class:`RelayError` naming the setting
+        to check."""
         s = self.smtp
         conn: _Tracking | None = None
         try:
             if s.security == "tls":
-                conn = _TrackingSSL(
-                    s.host, s.port, timeout=s.timeout, context=ssl.create_default_context()
-                )
+                conn = _TrackingSSL(s.host, s.port, timeout=s.timeout, context=self.tls_context())
             else:
                 conn = _Tracking(s.host, s.port, timeout=s.timeout)
                 if s.security == "starttls":
-                    conn.starttls(context=ssl.create_default_context())
+                    conn.starttls(context=self.tls_context())
             if s.username:
                 conn.login(s.username, s.password() or "")
         except _NoGreeting as e:
@@ -320,6 +192,7 @@ class SmtpMailer:
         return conn
 
     def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay on the open connection (opened first when needed)."""
         try:
             self._send_once(envelope)
         except _ClosedWhileIdle:
@@ -329,6 +202,9 @@ class SmtpMailer:
             self._send_once(envelope)
 
     def _send_once(self, envelope: Envelope) -> None:
+        cap = self.smtp.messages_per_connection
+        if self._conn is not None and cap and self._sent_on_conn >= cap:
+            self.close()  # QUIT, then a fresh connection: some relays cap messages per session
         if self._conn is None:
             self._conn = self.connect()
         conn = self._conn
@@ -492,6 +368,7 @@ class SmtpMailer:
         _close_quietly(conn)
 
     def close(self) -> None:
+        """Say QUIT and close the connection, if one is open."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:

@@ -21,8 +21,9 @@ from types import FrameType
 from typing import Any
 
 from newsletter.config import Config
+from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError, listen_error
-from newsletter.runs import fetch_step, send_step
+from newsletter.runs import fetch_step
 from newsletter.scheduler import Jobs, build_scheduler, due_filter
 from newsletter.store import Store
 
@@ -30,19 +31,18 @@ log = logging.getLogger(__name__)
 
 
 def make_jobs(config: Config, store: Store, stop: threading.Event) -> Jobs:
+    """The scheduler's jobs: fetch the sources, and send the editions due at a tick (queued for
+    the workers and waited for when ``workers:`` is set, so the next tick does not queue them
+    again)."""
+    services = Services(config, store)
+
     def fetch(now: datetime) -> None:
         fetch_step(config, store, now)
 
     def send_due(now: datetime) -> None:
-        if config.settings.workers is not None:
-            from newsletter.workers import send_with_workers
-
-            # enqueue the due chunks and wait for them, so the next tick does not queue them again
-            send_with_workers(
-                config, store, now, kind="scheduled", due=due_filter(config, now), stop=stop
-            )
-            return
-        send_step(config, store, now, kind="scheduled", due=due_filter(config, now), stop=stop)
+        send(
+            services, SendRequest(kind="scheduled", due=due_filter(config, now)), now=now, stop=stop
+        )
 
     return Jobs(fetch=fetch, send_due=send_due)
 

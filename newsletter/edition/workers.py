@@ -3,7 +3,7 @@
 The enqueuing side (``newsletter send`` and the scheduler, when ``workers:`` is configured)
 streams the due subscribers, leaves out those whose edition for the date is settled, and sends
 one task per chunk of subscriber ids, all with the same ``now``. A worker runs
-:func:`newsletter.edition.run_send` restricted to its chunk, so every edition still goes through
+:func:`newsletter.edition.loop.send_editions` restricted to its chunk, so every edition still goes through
 the ledger claim:
 
 - a redelivered or duplicated task finds the editions claimed or sent and sends nothing twice;
@@ -27,30 +27,24 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.edition import EditionBuilder, SendReport, edition_date_for, run_send
+from newsletter.edition.build import EditionBuilder
+from newsletter.edition.loop import send_editions
+from newsletter.edition.plan import choose, edition_date_for, is_in_flight, is_settled
+from newsletter.edition.report import SendReport
+from newsletter.edition.request import SendRequest
+from newsletter.edition.run import SendRun
 from newsletter.errors import NewsletterError
 from newsletter.logs import step
-from newsletter.models import EditionStatus, Subscriber, SubscriberStatus
-from newsletter.runs import SendRun
+from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.services import Services
 from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "newsletter.send_chunk"
 MAX_RETRIES = 25
-_SETTLED = frozenset(
-    {
-        EditionStatus.SENT,
-        EditionStatus.SKIPPED,
-        EditionStatus.FAILED,
-        EditionStatus.HELD,
-        EditionStatus.DROPPED,
-        EditionStatus.RESEND_REFUSED,
-    }  # unknown, resend: re-sent once
-)
-_IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
 
 
 class BrokerError(NewsletterError):
@@ -111,16 +105,16 @@ def make_app(config: Config) -> Any:
 def register_tasks(app: Any, config: Config) -> Any:
     """Register ``send_chunk`` on ``app``; each worker process opens its own database pool."""
     w = _settings(config)
-    stores: dict[int, Store] = {}
+    processes: dict[int, Services] = {}
     lock = threading.Lock()
     local = threading.local()  # this thread's EditionBuilder for the edition it works on
 
-    def store_for_process() -> Store:
+    def services_for_process() -> Services:
         pid = os.getpid()  # a forked pool child must not share its parent's connections
         with lock:
-            if pid not in stores:
-                stores[pid] = Store(config.database_url)
-            return stores[pid]
+            if pid not in processes:
+                processes[pid] = Services.open(config)
+            return processes[pid]
 
     @app.task(name=TASK_NAME, bind=True, max_retries=MAX_RETRIES)  # type: ignore[untyped-decorator]
     def send_chunk_task(
@@ -130,16 +124,15 @@ def register_tasks(app: Any, config: Config) -> Any:
         topic: str | None = None,
         carried: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        store = store_for_process()
+        services = services_for_process()
         key = (os.getpid(), now)
         if getattr(local, "key", None) != key:  # papers, ranker, templates: once per edition
             local.key, local.builder = (
                 key,
-                EditionBuilder(config, store, datetime.fromisoformat(now)),
+                EditionBuilder(services, datetime.fromisoformat(now)),
             )
         outcome = send_chunk(
-            config,
-            store,
+            services,
             ids,
             datetime.fromisoformat(now),
             topic=topic,
@@ -175,59 +168,41 @@ class ChunkOutcome:
     """The retry is for editions another run held (wait out the lease), not a relay failure."""
 
 
-def _empty_counts() -> dict[str, Any]:
-    return {**dict.fromkeys(SendReport.COUNTS, 0), "dates": [], "errors": [], "relay_error": None}
-
-
 def send_chunk(
-    config: Config,
-    store: Store,
+    services: Services,
     ids: Sequence[int],
     now: datetime,
     *,
     topic: str | None = None,
     carried: dict[str, Any] | None = None,
-    mailer_factory: Any = None,
     builder: EditionBuilder | None = None,
 ) -> ChunkOutcome:
     """One task's work: the edition for these subscribers, through the ledger claim.
 
     Subscribers whose edition is claimed by another run (alive, or dead with its lease not yet
     run out) are returned to retry after the lease; so are those the relay refused to take."""
-    _settings(config)  # a config without workers: is a mistake here
-    report = run_send(
-        config,
-        store,
-        now,
-        subscriber_ids=list(ids),
-        topic=topic,
-        mailer_factory=mailer_factory,
-        claim_clock=utcnow,
-        builder=builder,
-    )
-    result = _empty_counts() | (carried or {})
-    counts = report.as_dict()  # the one serialization of a report, added up by wait_for
-    for key in SendReport.COUNTS:
-        result[key] = int(result.get(key, 0)) + int(counts[key])  # type: ignore[call-overload]
-    result["dates"] = sorted({*result["dates"], *(d.isoformat() for d in report.dates)})
-    result["errors"] = (result["errors"] + report.errors)[:20]
-    if report.no_listing_reason:
-        result["no_listing_reason"] = report.no_listing_reason
+    _settings(services.config)  # a config without workers: is a mistake here
+    store = services.store
+    request = SendRequest(kind="chunk", topic=topic, subscriber_ids=list(ids))
+    report = send_editions(services, now, request, claim_clock=services.clock, builder=builder)
+    total = SendReport()  # the one serialization of a report, added up by wait_for
+    total.merge(carried or SendReport.empty_chunk())
+    total.merge(report.as_chunk())
     if report.relay_error:
         # the run stopped at the relay: the editions not sent yet are tried again later; the
         # error stays in the chunk's report (the run reports and alerts on it, as in-process)
-        left = _unsettled(store, ids, now)
-        result["relay_error"] = report.relay_error
-        return ChunkOutcome(result, retry_ids=left)
+        return ChunkOutcome(total.as_chunk(), retry_ids=_unsettled(store, ids, now))
     busy: list[int] = []
     if report.already:
         busy = _in_flight_elsewhere(store, ids, now)
-        result["already"] -= len(busy)
-        result["considered"] -= len(busy)
-    return ChunkOutcome(result, retry_ids=busy, busy=bool(busy))
+        total.already -= len(busy)
+        total.considered -= len(busy)
+    return ChunkOutcome(total.as_chunk(), retry_ids=busy, busy=bool(busy))
 
 
-def _own_dates(store: Store, ids: Sequence[int], now: datetime) -> list[tuple[Subscriber, date]]:
+def _own_dates(
+    store: SendStore, ids: Sequence[int], now: datetime
+) -> list[tuple[Subscriber, date]]:
     return [
         (s, edition_date_for(s, now))
         for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, ids=ids)
@@ -235,16 +210,16 @@ def _own_dates(store: Store, ids: Sequence[int], now: datetime) -> list[tuple[Su
     ]
 
 
-def _in_flight_elsewhere(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+def _in_flight_elsewhere(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
     subs = _own_dates(store, ids, now)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
-    return [s.id for s, d in subs if statuses.get((s.id, d)) in _IN_FLIGHT]
+    return [s.id for s, d in subs if is_in_flight(statuses.get((s.id, d)))]
 
 
-def _unsettled(store: Store, ids: Sequence[int], now: datetime) -> list[int]:
+def _unsettled(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
     subs = _own_dates(store, ids, now)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
-    return [s.id for s, d in subs if statuses.get((s.id, d)) not in _SETTLED]
+    return [s.id for s, d in subs if not is_settled(statuses.get((s.id, d)))]
 
 
 # ---------------------------------------------------------------------------- enqueuing
@@ -275,21 +250,14 @@ class Enqueued:
     """The run recorded for this enqueuing (set by :func:`send_with_workers`)."""
 
 
-def enqueue_edition(
-    config: Config,
-    store: Store,
-    now: datetime,
-    app: Any,
-    *,
-    to: str | None = None,
-    topic: str | None = None,
-    due: Callable[[Subscriber], bool] | None = None,
-) -> Enqueued:
+def enqueue_edition(services: Services, now: datetime, request: SendRequest, app: Any) -> Enqueued:
     """Queue one task per chunk of the subscribers whose edition is to be sent now."""
-    w = _settings(config)
+    store = services.store
+    w = _settings(services.config)
     check_broker(app, w.broker())
     out = Enqueued(now)
     chunk: list[int] = []
+    topic = request.topic
 
     def flush() -> None:
         if chunk:
@@ -302,17 +270,14 @@ def enqueue_edition(
             out.results.append(result)
             chunk.clear()
 
-    for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=1000):
-        if topic is not None:
-            batch = [s for s in batch if topic in s.topics]
-        if due is not None:
-            wanted = [s for s in batch if due(s)]
-            out.not_due += len(batch) - len(wanted)
-            batch = wanted
-        dates = {s.id: edition_date_for(s, now) for s in batch}
-        statuses = store.edition_statuses(list(dates), set(dates.values()))
-        for s in batch:
-            if statuses.get((s.id, dates[s.id])) in _SETTLED:
+    for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, email=request.to, batch=1000):
+        choice = choose(batch, now, topic=topic, due=request.due)
+        out.not_due += choice.not_due
+        statuses = store.edition_statuses(
+            [s.id for s, _ in choice.wanted], {d for _, d in choice.wanted}
+        )
+        for s, edition_date in choice.wanted:
+            if is_settled(statuses.get((s.id, edition_date))):
                 out.settled += 1
                 continue
             chunk.append(s.id)
@@ -366,7 +331,7 @@ def wait_for(
                 report.errors.append(f"chunk {result.id} failed: {type(e).__name__}: {e}")
                 report.failed += 1
                 continue
-            _add(report, counts)
+            report.merge(counts)
             state.sent += int(counts["sent"])
         pending = still
         state.waited = time.monotonic() - started
@@ -382,77 +347,44 @@ def wait_for(
     return report
 
 
-def _add(report: SendReport, counts: dict[str, Any]) -> None:
-    report.add_counts(counts)
-    report.dates.update(date.fromisoformat(d) for d in counts["dates"])
-    report.errors.extend(counts["errors"])
-    if counts.get("no_listing_reason"):
-        report.no_listing_reason = counts["no_listing_reason"]
-    if counts.get("relay_error"):
-        report.relay_error = counts["relay_error"]
-
-
 def send_with_workers(
-    config: Config,
-    store: Store,
+    services: Services,
     now: datetime,
+    request: SendRequest,
     *,
-    kind: str = "send",
-    to: str | None = None,
-    topic: str | None = None,
-    due: Callable[[Subscriber], bool] | None = None,
-    wait: bool = True,
     stop: threading.Event | None = None,
     progress: Callable[[Progress], None] | None = None,
     on_enqueued: Callable[[Enqueued], None] | None = None,
     app: Any = None,
 ) -> tuple[Enqueued, SendReport | None]:
-    """Enqueue the edition's chunks, record the run, and (``wait``) add up what the workers did."""
+    """Enqueue the edition's chunks, record the run, and (``request.wait``) add up what the
+    workers did."""
     own_app = app is None
-    app = app or make_app(config)
+    app = app or make_app(services.config)
     try:
-        return _send_with_workers(
-            config, store, now, app, kind, to, topic, due, wait, stop, progress, on_enqueued
-        )
+        with SendRun(services, now, request.kind) as run:
+            try:
+                enqueued = enqueue_edition(services, now, request, app)
+            except Exception as e:
+                run.end("failed", {}, f"could not enqueue: {e}")
+                raise
+            enqueued.run_id = run.id
+            if on_enqueued is not None:
+                on_enqueued(enqueued)
+            counts: dict[str, Any] = {
+                "enqueued": enqueued.subscribers,
+                "chunks": len(enqueued.results),
+                "already": enqueued.settled,
+            }
+            step(f"{request.kind} enqueued", **{k: v for k, v in counts.items() if v})
+            if not request.wait:
+                run.end("enqueued", counts, None)
+                return enqueued, None
+            report = wait_for(enqueued, progress=progress, stop=stop)
+            return enqueued, run.finish(report, chunks=len(enqueued.results))
     finally:
         if own_app:
             app.close()  # the broker and result connections of this run
-
-
-def _send_with_workers(
-    config: Config,
-    store: Store,
-    now: datetime,
-    app: Any,
-    kind: str,
-    to: str | None,
-    topic: str | None,
-    due: Callable[[Subscriber], bool] | None,
-    wait: bool,
-    stop: threading.Event | None,
-    progress: Callable[[Progress], None] | None,
-    on_enqueued: Callable[[Enqueued], None] | None,
-) -> tuple[Enqueued, SendReport | None]:
-    with SendRun(config, store, now, kind) as run:
-        try:
-            enqueued = enqueue_edition(config, store, now, app, to=to, topic=topic, due=due)
-        except Exception as e:
-            run.end("failed", {}, f"could not enqueue: {e}")
-            raise
-        enqueued.run_id = run.id
-        if on_enqueued is not None:
-            on_enqueued(enqueued)
-        counts: dict[str, Any] = {
-            "enqueued": enqueued.subscribers,
-            "chunks": len(enqueued.results),
-            "already": enqueued.settled,
-        }
-        step(f"{kind} enqueued", **{k: v for k, v in counts.items() if v})
-        if not wait:
-            run.end("enqueued", counts, None)
-            return enqueued, None
-        report = wait_for(enqueued, progress=progress, stop=stop)
-        return enqueued, run.finish(report, chunks=len(enqueued.results))
 
 
 # ---------------------------------------------------------------------------- the worker

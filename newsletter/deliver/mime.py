@@ -224,6 +224,7 @@ class QuotedPrintable:
         """Cached paragraphs whose encoding has a line that begins with a dot."""
 
     def encode(self, text: str) -> bytes:
+        """``text`` encoded quoted-printable, with CRLF line ends."""
         return self.encode_flagged(text)[0]
 
     def encode_flagged(self, text: str) -> tuple[bytes, bool]:
@@ -296,6 +297,7 @@ class MimeWriter:
         self.qp = QuotedPrintable()
 
     def write(self, m: DigestMessage) -> bytes:
+        """The message as bytes ready for the relay."""
         return self.compose(m)[0]
 
     def compose(self, m: DigestMessage) -> tuple[bytes, bool]:

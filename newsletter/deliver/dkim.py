@@ -15,7 +15,7 @@ from pathlib import Path
 import dkim
 
 from newsletter.config import Config, DkimSettings
-from newsletter.deliver import Envelope
+from newsletter.deliver.message import Envelope
 from newsletter.errors import ConfigError
 
 
@@ -42,6 +42,7 @@ class DkimSigner:
         )
 
     def sign(self, data: bytes) -> bytes:
+        """``data`` with its ``DKIM-Signature`` header prepended."""
         return self.header(data) + data
 
     def sign_envelope(self, envelope: Envelope) -> Envelope:
@@ -99,4 +100,5 @@ def _load_key(config: Config, settings: DkimSettings) -> bytes:
 
 
 def maybe_sign(signer: DkimSigner | None, envelope: Envelope) -> Envelope:
+    """``envelope`` DKIM-signed by ``signer``, or unchanged when there is no signer."""
     return envelope if signer is None else signer.sign_envelope(envelope)

@@ -13,12 +13,12 @@ import dkim
 import pytest
 
 from newsletter.config import Config, load_config
-from newsletter.edition import run_send
 from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import SmtpServer, base_config, write_config
+from tests.sends import run_send
 
 NOW = datetime(2026, 11, 17, 12, 0, tzinfo=UTC)
 SELECTOR = "news2026"

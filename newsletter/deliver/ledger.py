@@ -1,0 +1,190 @@
+"""The ledger's side of sending: who owns a claim, and the thread that records each outcome.
+
+:func:`run_owner` names a run in the ledger (``host:pid:process.run``) and :func:`owner_gone`
+tells whether such a run's process is gone, so its claims may be taken over at once.
+:class:`LedgerWriter` applies the senders' ledger writes on one thread, as many per
+transaction as are waiting (group commit), with the ordering guarantees :mod:`.pool` relies on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from newsletter.models import LedgerOp
+from newsletter.store.protocol import SendStore
+
+log = logging.getLogger(__name__)
+
+HOST = socket.gethostname()
+
+
+PROCESS = uuid.uuid4().hex[:8]
+"""This process's incarnation: a restarted container often gets the same pid and host name."""
+
+
+def run_owner() -> str:
+    """A run's name in the ledger: ``host:pid:process.run``."""
+    return f"{HOST}:{os.getpid()}:{PROCESS}.{uuid.uuid4().hex[:8]}"
+
+
+def owner_gone(owner: str) -> bool:
+    """True when ``owner`` (see :func:`run_owner`) names a process on this host that no longer
+    exists: its claims can be resumed at once. Owners on other hosts are never "gone" (their
+    claims wait for ``delivery.claim_lease``)."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != HOST:
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        # Our own pid: one of our runs, or an earlier process that had the same pid.
+        return parts[2].split(".")[0] != PROCESS
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
+class PendingWrite:
+    """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
+
+    __slots__ = ("done", "error", "op", "posted", "result")
+
+    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
+        self.op = op
+        self.posted = posted
+        self.done = threading.Event()
+        self.result: str | bool | None = None
+        self.error: BaseException | None = None
+
+
+class LedgerWriter:
+    """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
+
+    A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
+    the relay sees the message" and "recorded ``sent`` before the next message on that
+    connection" both hold; batching only merges the commits of senders that are waiting at the
+    same moment (group commit). On SQLite this also keeps the database to two writers (this
+    thread and the claiming one) instead of one per connection.
+    """
+
+    def __init__(
+        self, store: SendStore, clock: Callable[[], datetime], *, max_batch: int = 64
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
+        self.failed: BaseException | None = None
+        """The error of a posted write nobody waited for; raised by the next call."""
+        self._conn: Connection | None = None
+        self._fast: Connection | None = None
+        self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self._thread.start()
+
+    def call(self, op: LedgerOp) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before)."""
+        pending = PendingWrite(op)
+        self._queue.put(pending)
+        pending.done.wait()
+        self._raise_failed()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def post(self, op: LedgerOp) -> PendingWrite:
+        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
+        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
+        self._raise_failed()
+        pending = PendingWrite(op, posted=True)
+        self._queue.put(pending)
+        return pending
+
+    def wait(self, pending: PendingWrite) -> None:
+        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
+        pending.done.wait()
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer; raises the error of a write that failed."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self.failed is not None:
+            raise self.failed
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            for conn in (self._conn, self._fast):
+                if conn is not None:
+                    conn.close()
+
+    def _autocommit(self) -> Connection | None:
+        """PostgreSQL: a second, autocommit connection for one-statement group commits."""
+        if self._fast is None:
+            self._fast = self.store.ledger_connection()
+        return self._fast
+
+    def _connection(self) -> Connection:
+        """The writer's own connection, opened on first use and again after a failure."""
+        if self._conn is None:
+            self._conn = self.store.writer_connection()
+        return self._conn
+
+    def _loop(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            try:
+                ops, now = [p.op for p in batch], self.clock()
+                fast = self._autocommit()
+                results = (
+                    self.store.apply_ledger_at_once(ops, now, fast) if fast is not None else None
+                )
+                if results is None:
+                    results = self.store.apply_ledger(ops, now, conn=self._connection())
+            except BaseException as e:  # every waiting sender sees the error
+                for conn in (self._conn, self._fast):  # maybe broken: the next batch reopens
+                    if conn is not None:
+                        conn.close()
+                self._conn = self._fast = None
+                for p in batch:
+                    p.error = e
+                if any(p.posted for p in batch):
+                    self.failed = self.failed or e
+            else:
+                for p, r in zip(batch, results, strict=True):
+                    p.result = r
+            finally:
+                for p in batch:
+                    p.done.set()

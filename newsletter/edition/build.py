@@ -1,0 +1,149 @@
+"""The builder: a subscriber and a date become a digest, its links and a signed message.
+
+:class:`EditionBuilder` loads what every edition of a run shares once (the day's papers, the
+ranker with its reader profiles, templates, link tokens, the DKIM signer, VERP) and then, per
+subscriber: rank (:meth:`~EditionBuilder.digest`) → render (:meth:`~EditionBuilder.render`) →
+message (:meth:`~EditionBuilder.envelope`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import date, datetime, timedelta
+
+from newsletter.bounces.verp import Verp
+from newsletter.config import Config
+from newsletter.deliver import (
+    Envelope,
+    build_message,
+)
+from newsletter.deliver.dkim import maybe_sign
+from newsletter.feedback import FeedbackLinks
+from newsletter.models import Digest, Paper, Subscriber, Vote
+from newsletter.rank import Ranker
+from newsletter.render import DigestLinks, RenderedDigest, Renderer
+from newsletter.services import Services
+from newsletter.store.protocol import SendStore
+from newsletter.tokens import Purpose
+
+log = logging.getLogger(__name__)
+
+VOTES_SINCE = timedelta(days=365)
+"""Votes older than this no longer shape a reader's digest (feedback links last a year)."""
+
+
+def profile_examples(
+    config: Config, store: SendStore, papers: Sequence[Paper], now: datetime
+) -> list[Paper]:
+    """The papers reader profiles can use this run, besides the run's own: those readers voted
+    on (within ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that
+    is not stored is logged, naming the topic and what to do."""
+    examples = store.voted_papers(now - VOTES_SINCE)
+    have = {p.key for p in papers} | {p.key for p in examples}
+    wanted = {k: t.name for t in config.settings.topics for k in t.like if k not in have}
+    found = store.papers_by_keys(wanted) if wanted else {}
+    for key, topic in wanted.items():
+        if key not in found:
+            log.warning(
+                "topic %s: like: %s is not a stored paper, so it shapes nothing yet; fetch it "
+                "(an arxiv_api source) or remove it from the topic",
+                topic,
+                key,
+            )
+    return [*examples, *found.values()]  # the Ranker adds the run's own like: papers
+
+
+def day_ranker(config: Config, store: SendStore, now: datetime) -> tuple[list[Paper], Ranker]:
+    """The papers first seen within ``digest.lookback_days`` of ``now`` and the ranker over
+    them, with the configured topics and the examples reader profiles use (what ``newsletter
+    send``, ``rank`` and ``preview`` all rank with)."""
+    papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
+    ranker = Ranker(
+        config.settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
+    )
+    return papers, ranker
+
+
+class EditionBuilder:
+    """Everything needed to turn a subscriber into a digest and a message, built once per run."""
+
+    def __init__(self, services: Services, now: datetime) -> None:
+        config, store = services.config, services.store
+        self.config = config
+        self.settings = config.settings
+        self.store = store
+        self.now = now
+        self.papers, self.ranker = day_ranker(config, store, now)
+        self.renderer = Renderer(self.settings, config.templates_dir())
+        self.tokens = services.tokens
+        self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
+        self.signer = services.signer
+        self.verp = Verp.from_settings(
+            self.settings.bounces, self.tokens.secret, self.settings.sender.from_address
+        )
+
+    def digest(
+        self,
+        subscriber: Subscriber,
+        edition_date: date,
+        sent_ids: set[int],
+        *,
+        only_topic: str | None = None,
+        votes: Sequence[Vote] = (),
+    ) -> Digest:
+        """The subscriber's digest: their topics' sections, reordered by their ``votes``."""
+        d = self.settings.digest
+        topics = (only_topic,) if only_topic else subscriber.topics
+        sections = self.ranker.sections(
+            topics,
+            exclude_ids=sent_ids,
+            max_items=d.max_items,
+            group_by_topic=d.group_by_topic,
+            votes=votes,
+        )
+        titles = tuple(self.settings.topic(t).label for t in topics if t in self.ranker.topics)
+        return Digest(subscriber, edition_date, sections, titles)
+
+    def links(self, subscriber: Subscriber, edition_date: date) -> DigestLinks:
+        """The subscriber's unsubscribe, manage, view and feedback links for the edition."""
+        base = self.settings.sender.base_url
+        unsub = self.tokens.make(Purpose.UNSUBSCRIBE, {"s": subscriber.id, "e": subscriber.email})
+        manage = self.tokens.make(Purpose.MANAGE, {"s": subscriber.id, "e": subscriber.email})
+        view = self.tokens.make(
+            Purpose.VIEW,
+            {"s": subscriber.id, "e": subscriber.email, "d": edition_date.isoformat()},
+        )
+        return DigestLinks(
+            unsubscribe=f"{base}/unsubscribe/{unsub}",
+            manage=f"{base}/manage/{manage}",
+            view=f"{base}/archive/view/{view}",
+            feedback=self.feedback.for_subscriber(subscriber),
+        )
+
+    def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:
+        """The rendered digest and the links in it."""
+        links = self.links(digest.subscriber, digest.edition_date)
+        return self.renderer.render(digest, links), links
+
+    def envelope(
+        self, digest: Digest, rendered: RenderedDigest, links: DigestLinks, message_id: str
+    ) -> Envelope:
+        """The message ready for the relay: built, with a VERP sender when bounces are on, and
+        DKIM-signed."""
+        to = self.settings.smtp.dev_recipient or digest.subscriber.email
+        envelope = build_message(
+            rendered,
+            settings=self.settings,
+            to_address=to,
+            to_name=digest.subscriber.name,
+            message_id=message_id,
+            links=links,
+            now=self.now,
+        )
+        if self.verp is not None:  # bounces come back to a signed address (newsletter.bounces)
+            envelope = replace(
+                envelope, sender=self.verp.sender(digest.subscriber.id, digest.edition_date)
+            )
+        return maybe_sign(self.signer, envelope)

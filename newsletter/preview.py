@@ -1,0 +1,118 @@
+"""What a subscriber would get today, without sending or recording anything.
+
+``newsletter rank --to EMAIL`` shows the ranking (scores, reasons, and how each score was
+made); ``newsletter preview --to EMAIL`` the rendered digest. Both read the store only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from newsletter.config import Config
+from newsletter.edition import EditionBuilder, edition_date_for
+from newsletter.edition.build import day_ranker
+from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
+from newsletter.rank import Explanation, Ranker
+from newsletter.render import RenderedDigest
+from newsletter.services import Services
+from newsletter.store import Store
+
+
+@dataclass(frozen=True)
+class RankedPaper:
+    """One paper of the ranking, with how its score was made."""
+
+    item: DigestItem
+    explanation: Explanation
+
+
+@dataclass(frozen=True)
+class RankedSection:
+    """One section of the ranking: its papers, best first, and how many matches were left out."""
+
+    name: str
+    title: str
+    papers: tuple[RankedPaper, ...]
+    left_out: int
+    """Matches not shown: a single passing mention, or far below the topic's best today."""
+
+
+@dataclass(frozen=True)
+class RankPreview:
+    """A subscriber's digest as it would be ranked now, and what it was ranked from."""
+
+    subscriber: Subscriber
+    papers: int
+    """Papers first seen here within ``digest.lookback_days``: the ones ranked."""
+    already_sent: int
+    """Papers already sent to the subscriber (never sent again)."""
+    votes: int
+    """The subscriber's "more/less like this" votes (they reorder the topics they touch)."""
+    missing_topics: tuple[str, ...]
+    """The subscriber's topics that are no longer in the config (ignored)."""
+    sections: tuple[RankedSection, ...]
+
+
+def rank_preview(
+    config: Config, store: Store, subscriber: Subscriber, now: datetime
+) -> RankPreview:
+    """The ranking ``subscriber`` would get at ``now``: sections, scores, reasons and
+    explanations, with the papers already sent to them left out."""
+    settings = config.settings
+    papers, ranker = day_ranker(config, store, now)
+    sent = store.sent_paper_ids([subscriber.id])[subscriber.id]
+    votes = store.votes_of(subscriber.id)
+    sections = ranker.sections(
+        subscriber.topics,
+        exclude_ids=sent,
+        max_items=settings.digest.max_items,
+        group_by_topic=settings.digest.group_by_topic,
+        votes=votes,
+    )
+    return RankPreview(
+        subscriber=subscriber,
+        papers=len(papers),
+        already_sent=len(sent),
+        votes=len(votes),
+        missing_topics=tuple(t for t in subscriber.topics if t not in ranker.topics),
+        sections=tuple(_ranked(section, ranker) for section in sections),
+    )
+
+
+def _ranked(section: TopicSection, ranker: Ranker) -> RankedSection:
+    return RankedSection(
+        name=section.name,
+        title=section.title,
+        papers=tuple(RankedPaper(item, ranker.explain(item)) for item in section.items),
+        left_out=ranker.left_out.get(section.name, 0),
+    )
+
+
+@dataclass(frozen=True)
+class RenderPreview:
+    """A subscriber's digest as it would be rendered and sent now."""
+
+    digest: Digest
+    rendered: RenderedDigest
+    """Exactly the parts ``newsletter send`` would send (the HTML with its CSS inlined)."""
+    skipped: bool
+    """Nothing new in the subscriber's topics and ``digest.empty: skip``: this edition would not
+    be sent (``rendered`` holds the "nothing new" note ``digest.empty: send`` would send)."""
+
+
+def render_preview(
+    config: Config, store: Store, subscriber: Subscriber, now: datetime
+) -> RenderPreview:
+    """The digest ``subscriber`` would get at ``now`` (their local date's edition), rendered."""
+    builder = EditionBuilder(Services(config, store), now)
+    sent = store.sent_paper_ids([subscriber.id])[subscriber.id]
+    digest = builder.digest(
+        subscriber, edition_date_for(subscriber, now), sent, votes=store.votes_of(subscriber.id)
+    )
+    rendered, _ = builder.render(digest)
+    return RenderPreview(
+        digest=digest,
+        rendered=rendered,
+        skipped=digest.is_empty and config.settings.digest.empty == "skip",
+    )

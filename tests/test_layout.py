@@ -1,0 +1,116 @@
+"""The package's layout holds: no import cycles, and each send stage has its own module.
+
+Import cycles are found on the module-level imports (those that run when a module is loaded);
+imports inside functions and under ``TYPE_CHECKING`` are left out, as Python does not run them
+at load time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import newsletter
+
+ROOT = Path(newsletter.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _load_time_imports(path: Path, modules: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in tree.body:  # module level only
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in [node] if not isinstance(node, ast.Try) else node.body:
+            if isinstance(sub, ast.Import):
+                names = [a.name for a in sub.names]
+            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+                names = [sub.module] + [f"{sub.module}.{a.name}" for a in sub.names]
+            else:
+                continue
+            found.update(n for n in names if n in modules)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in ROOT.rglob("*.py") if "migrations" not in p.parts}
+    modules = set(paths)
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        deps = _load_time_imports(path, modules)
+        # importing a.b.c loads a and a.b first
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps.update(".".join(parts[:i]) for i in range(2, len(parts)))
+        graph[name] = {d for d in deps if d != name and not name.startswith(d + ".")}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                out.append(sorted(scc))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_nothing_imports_the_cli_but_main() -> None:
+    graph = _graph()
+    assert {m for m, deps in graph.items() if "newsletter.cli" in deps} <= {"newsletter.__main__"}
+
+
+def test_each_send_stage_has_its_module() -> None:
+    """A newcomer finds each stage by name: ingest, rank, render, plan, deliver, record."""
+    for stage in (
+        "ingest.py",
+        "rank.py",
+        "render.py",
+        "edition/plan.py",
+        "edition/build.py",
+        "edition/loop.py",
+        "edition/run.py",
+        "deliver/pool.py",
+        "deliver/smtp.py",
+        "deliver/ledger.py",
+        "store/ledger.py",
+    ):
+        assert (ROOT / stage).is_file(), stage
