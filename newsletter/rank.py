@@ -735,8 +735,7 @@ def _top_rows(
     is cut into up to ``8n`` column ranges, and the ``n``-th largest of the ranges' maxima is a
     lower bound of the row's ``n``-th largest score (``n`` different ranges each hold a value at
     least that large). Every score at or above the bound is a candidate, so the top ``n``, ties
-    included, are among them; only the ranges whose maximum reaches the bound are scanned, and
-    the candidates (a few dozen per row) are then sorted exactly.
+    included, are among them; the candidates (a few dozen per row) are then sorted exactly.
 
     ``scores`` may be an approximation within a relative ``slack`` of the true scores (all
     non-negative, and zero exactly where the true score is): then the bound is lowered by the
@@ -749,36 +748,35 @@ def _top_rows(
     if k >= n:
         # Range ``i`` is every ``k``-th column from column ``i``: the maxima are then an
         # elementwise maximum of contiguous slices (fast), not ``k`` short reductions per row.
-        width = cols // k
-        covered = k * width
-        blocks = scores[:, :covered].reshape(rows, width, k)
-        maxima = blocks.max(axis=1)
+        maxima = scores[:, : k * (cols // k)].reshape(rows, cols // k, k).max(axis=1)
         bound = -np.partition(-maxima, n - 1, axis=1)[:, n - 1].astype(np.float64)
         bound = np.maximum(bound * (1.0 - 3.0 * slack), tiny)  # only positive scores match
-        limit = bound.astype(scores.dtype)
-        br, bk = np.nonzero(maxima >= limit[:, None])  # ranges that hold a candidate
-        hit_i, hit_o = np.nonzero(blocks[br, :, bk] >= limit[br, None])
-        r = br[hit_i]
-        c = hit_o * k + bk[hit_i]
-        if covered < cols:  # the last few columns, outside the ranges
-            tr, tc = np.nonzero(scores[:, covered:] >= limit[:, None])
-            r = np.concatenate([r, tr])
-            c = np.concatenate([c, tc + covered])
+        limit = bound.astype(scores.dtype)[:, None]
     else:
-        r, c = np.nonzero(scores >= tiny)
-    v = np.asarray(scores[r, c], dtype=np.float64) if exact is None else exact(r, c)
+        limit = np.asarray(tiny, dtype=scores.dtype)
+    # One comparison per cell and one scan of the mask: the candidates come out by row, then
+    # column (cheaper than gathering the ranges that reach the bound).
+    flat = np.flatnonzero(scores >= limit)
+    r = flat // cols
+    c = flat - r * cols
+    v = np.asarray(scores.ravel()[flat], dtype=np.float64) if exact is None else exact(r, c)
     if exact is not None:
         keep = v > 0
         r, c, v = r[keep], c[keep], v[keep]
-    order = np.lexsort((c, -v, r))  # by row, then score descending, then column ascending
-    r, c, v = r[order], c[order], v[order]
+    # Each row's candidates side by side (a row × most-candidates table, ``-inf`` padded),
+    # sorted by score descending per row; a stable sort keeps ties in column order.
     counts = np.bincount(r, minlength=rows)
+    width = max(n, int(counts.max()) if rows else 0)
     pos = np.arange(len(r)) - np.repeat(np.cumsum(counts) - counts, counts)
-    keep = pos < n
-    ids = np.full((rows, n), -1, dtype=np.int64)
-    vals = np.zeros((rows, n))
-    ids[r[keep], pos[keep]] = c[keep]
-    vals[r[keep], pos[keep]] = v[keep]
+    key = np.full((rows, width), np.inf)
+    key[r, pos] = -v
+    col = np.full((rows, width), -1, dtype=np.int64)
+    col[r, pos] = c
+    order = np.argsort(key, axis=1, kind="stable")[:, :n]
+    vals = -np.take_along_axis(key, order, axis=1)
+    ids = np.take_along_axis(col, order, axis=1)
+    empty = np.isinf(vals)
+    vals[empty] = 0.0
     return ids, vals
 
 
@@ -821,7 +819,8 @@ def _keyword_top(
         gone = sent.tocoo()
         scores[gone.row, gone.col] = 0.0
     indptr, indices, data = scoring.indptr, scoring.indices, scoring.data
-    weights = index.boosted_t
+    weights = index.boosted_t.ravel()  # C order: cell (g, p) is at g * n_papers + p
+    n_papers = index.n_papers
 
     def exact(r: IntArray, c: IntArray) -> FloatArray:
         # One (candidate, term) pair per term of the candidate's row, candidate by candidate
@@ -830,7 +829,7 @@ def _keyword_top(
         owner = np.repeat(np.arange(len(r)), counts)
         offset = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
         jj = indptr[r][owner] + offset
-        parts = data[jj] * weights[indices[jj], c[owner]]
+        parts = data[jj] * weights[indices[jj] * n_papers + c[owner]]
         return np.bincount(owner, weights=parts, minlength=len(r)).astype(np.float64)
 
     return _top_rows(scores, n, exact=exact, slack=(most + 1) * F32_ERROR)
