@@ -243,7 +243,6 @@ class ProfileSpace:
         """run papers × vocabulary, unit rows."""
         self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
         """examples × vocabulary, unit rows."""
-        self._run_t: sp.csr_matrix = sp.csr_matrix(x.T)
 
     def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
         """docs × vocabulary term counts (words outside the vocabulary are left out)."""
@@ -307,7 +306,7 @@ class ProfileSpace:
         once, :class:`ProfileRows`; a single reader's profile needs only one product)."""
         cached: FloatArray | None = self.__dict__.get("_similarity")
         if cached is None:
-            cached = np.asarray((self.examples @ self._run_t).toarray(), dtype=np.float64)
+            cached = _product(self.examples, self.run_vectors.T)
             self.__dict__["_similarity"] = cached
         return cached
 
@@ -316,7 +315,7 @@ class ProfileSpace:
         """examples × examples cosines, computed once on first use."""
         cached: FloatArray | None = self.__dict__.get("_gram")
         if cached is None:
-            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
+            cached = _product(self.examples, self.examples.T)
             self.__dict__["_gram"] = cached
         return cached
 
@@ -337,6 +336,25 @@ class ProfileSpace:
         paper[x.indices[lo:hi]] = x.data[lo:hi]
         sims = np.asarray(self.examples[[self.keys[k] for k in found]] @ paper).ravel()
         return max(zip(sims.tolist(), found, strict=True))[1]
+
+
+PRODUCT_TILE = 256
+"""Columns of the right operand :func:`_product` makes dense at a time."""
+
+
+def _product(a: sp.csr_matrix, b: Any) -> FloatArray:
+    """``a @ b`` as a dense array, for a product that is dense anyway (cosines of papers).
+
+    ``b`` is made dense a tile of columns at a time and multiplied with the sparse ``a``: each
+    cell is summed over ``a``'s row in its stored order, from 0.0, as the sparse × sparse product
+    does (so bitwise the same), without that product's bookkeeping of a mostly full result.
+    """
+    b = sp.csc_matrix(b)
+    out = np.empty((a.shape[0], b.shape[1]))
+    for lo in range(0, b.shape[1], PRODUCT_TILE):
+        hi = min(b.shape[1], lo + PRODUCT_TILE)
+        out[:, lo:hi] = a @ b[:, lo:hi].toarray()
+    return out
 
 
 def _quadratic(w: sp.csr_matrix, gram: FloatArray) -> FloatArray:
