@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, Protocol
 
 import numpy as np
@@ -201,11 +201,9 @@ class Preference:
     topic: str | None = None
 
 
-def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
-    """A paper as the profile space sees it: the title counted twice, stop words out."""
-    stop = STOPWORDS
-    kept = [t for t in title if t not in stop and len(t) > 1]
-    return kept + kept + [t for t in abstract if t not in stop and len(t) > 1]
+def _kept(word: str) -> bool:
+    """Whether a word can carry a paper's subject in the profile vectors."""
+    return word not in STOPWORDS and len(word) > 1
 
 
 class ProfileSpace:
@@ -218,16 +216,18 @@ class ProfileSpace:
     """
 
     def __init__(self, docs: ReadPapers, examples: Sequence[Paper]) -> None:
-        run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
-        # Words in order of first use (dict.fromkeys keeps it), numbered.
-        vocab = {t: i for i, t in enumerate(dict.fromkeys(chain.from_iterable(run)))}
+        # A paper as the profile space sees it: its title counted twice and its abstract, stop
+        # words out. The vocabulary: the words kept, in order of first use, numbered.
+        run = list(zip(docs.titles, docs.abstracts, strict=True))
+        words = dict.fromkeys(chain.from_iterable(chain.from_iterable(run)))
+        vocab = {t: i for i, t in enumerate(filter(_kept, words))}
         self.vocab = vocab
         n = len(run)
         counts = self._counts(run)
         df = np.bincount(counts.indices, minlength=len(vocab)).astype(np.float64)
         self.idf: FloatArray = np.log((1 + n) / (1 + df)) + 1.0
         self.keys: dict[str, int] = {}
-        rows: list[list[str]] = []
+        rows: list[tuple[list[str], list[str]]] = []
         known = {p.key: (docs.titles[i], docs.abstracts[i]) for i, p in enumerate(docs.papers)}
         for paper in examples:
             if paper.key not in self.keys:
@@ -236,7 +236,7 @@ class ProfileSpace:
                 else:
                     (title, abstract), _ = read_defined(paper.title, paper.abstract)
                 self.keys[paper.key] = len(rows)
-                rows.append(_profile_tokens(title, abstract))
+                rows.append((title, abstract))
         self.titles = {p.key: p.title for p in examples}
         x = self._weigh(counts)
         self.run_vectors: sp.csr_matrix = x
@@ -244,13 +244,16 @@ class ProfileSpace:
         self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
         """examples × vocabulary, unit rows."""
 
-    def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
-        """docs × vocabulary term counts (words outside the vocabulary are left out)."""
-        get = self.vocab.get
+    def _counts(self, docs: list[tuple[list[str], list[str]]]) -> sp.csr_matrix:
+        """docs × vocabulary term counts, titles twice (words outside the vocabulary, stop
+        words among them, are left out)."""
+        lengths = [2 * len(title) + len(abstract) for title, abstract in docs]
+        words = chain.from_iterable(chain.from_iterable((t, t, a) for t, a in docs))
+        # -1: not in the vocabulary
         found = np.fromiter(
-            (get(t, -1) for toks in docs for t in toks), dtype=np.int64
-        )  # -1: not in the vocabulary
-        doc = np.repeat(np.arange(len(docs)), [len(toks) for toks in docs])
+            map(self.vocab.get, words, repeat(-1)), dtype=np.int64, count=sum(lengths)
+        )
+        doc = np.repeat(np.arange(len(docs)), lengths)
         known = found >= 0
         indptr = np.zeros(len(docs) + 1, dtype=np.int64)
         np.cumsum(np.bincount(doc[known], minlength=len(docs)), out=indptr[1:])
