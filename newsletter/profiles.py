@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -22,13 +22,10 @@ import scipy.sparse as sp
 
 from newsletter.models import Paper
 from newsletter.text import read_defined
+from newsletter.tiles import Tiles, column_tiles, dense_product, times_tiles
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-def _dense(m: Any) -> FloatArray:
-    return np.asarray(m.toarray() if sp.issparse(m) else m, dtype=np.float64)
 
 
 class ReadPapers(Protocol):
@@ -304,12 +301,13 @@ class ProfileSpace:
         return total, q_more / norm
 
     @property
-    def similarity(self) -> FloatArray:
-        """examples × run papers cosines, computed once on first use (for many profiles at
-        once, :class:`ProfileRows`; a single reader's profile needs only one product)."""
-        cached: FloatArray | None = self.__dict__.get("_similarity")
+    def similarity(self) -> Tiles:
+        """examples × run papers cosines, as column tiles (:mod:`newsletter.tiles`), computed
+        once on first use (for many profiles at once, :class:`ProfileRows`; a single reader's
+        profile needs only one product)."""
+        cached: Tiles | None = self.__dict__.get("_similarity")
         if cached is None:
-            cached = _product(self.examples, self.run_vectors.T)
+            cached = column_tiles(dense_product(self.examples, self.run_vectors.T))
             self.__dict__["_similarity"] = cached
         return cached
 
@@ -318,7 +316,7 @@ class ProfileSpace:
         """examples × examples cosines, computed once on first use."""
         cached: FloatArray | None = self.__dict__.get("_gram")
         if cached is None:
-            cached = _product(self.examples, self.examples.T)
+            cached = dense_product(self.examples, self.examples.T)
             self.__dict__["_gram"] = cached
         return cached
 
@@ -339,25 +337,6 @@ class ProfileSpace:
         paper[x.indices[lo:hi]] = x.data[lo:hi]
         sims = np.asarray(self.examples[[self.keys[k] for k in found]] @ paper).ravel()
         return max(zip(sims.tolist(), found, strict=True))[1]
-
-
-PRODUCT_TILE = 256
-"""Columns of the right operand :func:`_product` makes dense at a time."""
-
-
-def _product(a: sp.csr_matrix, b: Any) -> FloatArray:
-    """``a @ b`` as a dense array, for a product that is dense anyway (cosines of papers).
-
-    ``b`` is made dense a tile of columns at a time and multiplied with the sparse ``a``: each
-    cell is summed over ``a``'s row in its stored order, from 0.0, as the sparse × sparse product
-    does (so bitwise the same), without that product's bookkeeping of a mostly full result.
-    """
-    b = sp.csc_matrix(b)
-    out = np.empty((a.shape[0], b.shape[1]))
-    for lo in range(0, b.shape[1], PRODUCT_TILE):
-        hi = min(b.shape[1], lo + PRODUCT_TILE)
-        out[:, lo:hi] = a @ b[:, lo:hi].toarray()
-    return out
 
 
 def _quadratic(w: sp.csr_matrix, gram: FloatArray) -> FloatArray:
@@ -437,7 +416,13 @@ class ProfileRows:
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
         share of relevance per paper; None when none has."""
-        w = self.weights[start:stop]
+        return self._relevance(self.weights[start:stop], self.scale[start:stop])
+
+    def relevance_of(self, rows: IntArray) -> tuple[IntArray, FloatArray] | None:
+        """:meth:`relevance` for the rows numbered ``rows`` (positions within ``rows``)."""
+        return self._relevance(self.weights[rows], self.scale[rows])
+
+    def _relevance(self, w: sp.csr_matrix, scale: FloatArray) -> tuple[IntArray, FloatArray] | None:
         if not w.nnz:
             return None
         space = self.space
@@ -446,5 +431,11 @@ class ProfileRows:
         # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
         # a few votes per row against dense matrices, never a profile vector.
         norm = np.sqrt(np.maximum(_quadratic(wr, space.gram), 1e-12))
-        dots = _dense(wr @ space.similarity)
-        return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]
+        dots = times_tiles(wr, space.similarity)
+        dots *= (scale[rows] / norm)[:, None]
+        return rows, dots
+
+    def voters(self) -> npt.NDArray[np.bool_]:
+        """Per row, whether it has a profile."""
+        has: npt.NDArray[np.bool_] = np.diff(self.weights.indptr) > 0
+        return has

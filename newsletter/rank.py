@@ -863,46 +863,47 @@ def top_n(
 
     if profiles is not None:
         profiles.prepare()  # shared matrices, computed once before the threads start
-    fast = index.boosted32_t is not None
+    # Rows with only keywords (and exclusions) take the float32 pass; the rest (votes, authors,
+    # categories, ``all`` entries, ``min_score``) the float64 scorer. Both give the same
+    # result (``_keyword_top``). Each kind goes in blocks of its own, so a block of readers
+    # with votes shares its products with the examples' cosines.
+    if index.boosted32_t is None:
+        special = np.ones(q.n_rows, dtype=bool)
+    else:
+        special = np.diff(q.authors.indptr) > 0
+        special |= np.diff(q.categories.indptr) > 0
+        special |= q.n_required > 0
+        special |= q.min_score != 0
+        if profiles is not None:
+            special |= profiles.voters()
+    tasks: list[tuple[IntArray, bool]] = []
+    # The float64 scorer holds a few rows × papers float64 arrays per block: half as many rows.
+    for rows, kind, size in (
+        (np.flatnonzero(~special), True, block),
+        (np.flatnonzero(special), False, max(1, block // 2)),
+    ):
+        tasks.extend((rows[i : i + size], kind) for i in range(0, len(rows), size))
 
-    def run(start: int) -> None:
-        stop = min(q.n_rows, start + block)
-        extra = profiles.relevance(start, stop) if profiles is not None else None
-        # Rows with only keywords (and exclusions) take the float32 pass; the rest the float64
-        # scorer. Both give the same result (``_keyword_top``).
-        special = np.zeros(stop - start, dtype=bool)
-        if fast:
-            special |= np.diff(q.authors[start:stop].indptr) > 0
-            special |= np.diff(q.categories[start:stop].indptr) > 0
-            special |= q.n_required[start:stop] > 0
-            special |= q.min_score[start:stop] != 0
-            if extra is not None:
-                special[extra[0]] = True
-        else:
-            special[:] = True
-        plain = np.flatnonzero(~special)
-        if len(plain):
-            sent = exclude[start + plain] if exclude is not None else None
-            got = _keyword_top(q, index, start + plain, n, sent)
-            ids[start + plain], vals[start + plain] = got
-        other = np.flatnonzero(special)
-        if len(other):
-            if extra is not None:
-                extra = (np.searchsorted(other, extra[0]), extra[1])
-            scores = _score_rows(q, index, start + other, extra)
-            if exclude is not None:
-                sent_coo = exclude[start + other].tocoo()
-                scores[sent_coo.row, sent_coo.col] = 0.0
-            ids[start + other], vals[start + other] = _top_rows(scores, n)
+    def run(task: tuple[IntArray, bool]) -> None:
+        rows, plain = task
+        if plain:
+            sent = exclude[rows] if exclude is not None else None
+            ids[rows], vals[rows] = _keyword_top(q, index, rows, n, sent)
+            return
+        extra = profiles.relevance_of(rows) if profiles is not None else None
+        scores = _score_rows(q, index, rows, extra)
+        if exclude is not None:
+            sent_coo = exclude[rows].tocoo()
+            scores[sent_coo.row, sent_coo.col] = 0.0
+        ids[rows], vals[rows] = _top_rows(scores, n)
 
-    starts = range(0, q.n_rows, block)
-    workers = min(threads or min(4, os.cpu_count() or 1), len(starts))
+    workers = min(threads or min(4, os.cpu_count() or 1), len(tasks))
     if workers <= 1:
-        for start in starts:
-            run(start)
+        for task in tasks:
+            run(task)
     else:
         with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(run, starts):
+            for _ in pool.map(run, tasks):
                 pass  # re-raises a block's error here
     return TopN(ids, vals)
 
