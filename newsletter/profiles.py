@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -235,6 +235,7 @@ class ProfileSpace:
                 self.keys[paper.key] = len(rows)
                 rows.append((title, abstract))
         self.titles = {p.key: p.title for p in examples}
+        self._pending: dict[str, Future[Any]] = {}
         x = self._weigh(counts)
         self.run_vectors: sp.csr_matrix = x
         """run papers × vocabulary, unit rows."""
@@ -305,20 +306,39 @@ class ProfileSpace:
         """examples × run papers cosines, as column tiles (:mod:`newsletter.tiles`), computed
         once on first use (for many profiles at once, :class:`ProfileRows`; a single reader's
         profile needs only one product)."""
-        cached: Tiles | None = self.__dict__.get("_similarity")
-        if cached is None:
-            cached = column_tiles(dense_product(self.examples, self.run_vectors.T))
-            self.__dict__["_similarity"] = cached
-        return cached
+        found: Tiles = self._shared("_similarity")
+        return found
 
     @property
     def gram(self) -> FloatArray:
         """examples × examples cosines, computed once on first use."""
-        cached: FloatArray | None = self.__dict__.get("_gram")
+        found: FloatArray = self._shared("_gram")
+        return found
+
+    def _shared(self, name: str) -> Any:
+        cached = self.__dict__.get(name)
         if cached is None:
-            cached = dense_product(self.examples, self.examples.T)
-            self.__dict__["_gram"] = cached
+            pending = self._pending.get(name)
+            cached = pending.result() if pending is not None else self._compute(name)
+            self.__dict__[name] = cached
         return cached
+
+    def _compute(self, name: str) -> Any:
+        if name == "_similarity":
+            return column_tiles(dense_product(self.examples, self.run_vectors.T))
+        return dense_product(self.examples, self.examples.T)
+
+    def precompute(self) -> None:
+        """Start computing :attr:`similarity` and :attr:`gram` on two background threads now
+        (sparse products: they release the GIL), so a caller that needs them later (many
+        profiles at once) can build its other structures meanwhile; using them waits."""
+        if self._pending or "_similarity" in self.__dict__:
+            return
+        pool = ThreadPoolExecutor(2, thread_name_prefix="profile-space")
+        self._pending = {
+            name: pool.submit(self._compute, name) for name in ("_similarity", "_gram")
+        }
+        pool.shutdown(wait=False)
 
     def liked(self, more_part: FloatArray, paper_index: int) -> float:
         """The share of a run paper's cosine that comes from the papers voted "more"."""

@@ -517,12 +517,11 @@ class PaperIndex:
         for p in range(n_papers):
             for f, toks in enumerate((docs.titles[p], docs.abstracts[p])):
                 lengths[f, p] = len(toks)
-                counts: dict[int, float] = {}
-                for tok, k in Counter(toks).items():  # single words: count once per distinct word
-                    single = singles.get(tok)
-                    if single is not None:
-                        counts[single] = counts.get(single, 0.0) + k
-                for i in [i for i, tok in enumerate(toks) if tok in starts]:  # phrases
+                seen = Counter(toks)
+                # Single words: once per distinct word (distinct words are distinct terms).
+                counts = {singles[tok]: float(k) for tok, k in seen.items() if tok in singles}
+                phrases = [] if starts.keys().isdisjoint(seen) else toks
+                for i in [i for i, tok in enumerate(phrases) if tok in starts]:  # phrases
                     for size in starts[toks[i]]:
                         if i + size > len(toks):
                             continue  # a cut-off slice would match a shorter phrase

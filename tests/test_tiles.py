@@ -52,3 +52,26 @@ def test_tiled_products_are_bitwise_the_whole_product(
         got = times_tiles(a.astype(dtype), column_tiles(small, width))
         assert got.dtype == dtype
         assert np.array_equal(got, a.astype(dtype) @ small)
+
+
+def test_cosines_computed_in_the_background_are_those_computed_on_use() -> None:
+    from dataclasses import replace
+
+    from newsletter.profiles import ProfileSpace
+    from newsletter.rank import Documents
+    from tests.ranking.corpus import load_papers
+
+    papers = load_papers()
+    examples = [replace(p, id=10_000 + p.id, key="old-" + p.key) for p in papers[:40]]
+    docs = Documents.read(papers)
+    early = ProfileSpace(docs, examples)
+    early.precompute()
+    early.precompute()  # a second call changes nothing
+    late = ProfileSpace(docs, examples)
+    assert np.array_equal(early.gram, late.gram)
+    assert len(early.similarity) == len(late.similarity)
+    for a, b in zip(early.similarity, late.similarity, strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(
+        np.concatenate(late.similarity, axis=1), (late.examples @ late.run_vectors.T).toarray()
+    )
