@@ -425,13 +425,10 @@ class ProfileRows:
         return cls(space, weights, scales)
 
     def prepare(self) -> None:
-        """Compute the space's shared matrices now (once, not in every thread that needs them)."""
+        """Start the space's shared matrices (once, not in every thread that needs them) on
+        background threads, unless started already; :meth:`relevance` waits for them."""
         if self.weights.nnz:
-            space = self.space
-            # Two independent sparse products (they release the GIL): side by side.
-            with ThreadPoolExecutor(2) as pool:
-                for _ in pool.map(getattr, (space, space), ("similarity", "gram")):
-                    pass
+            self.space.precompute()
 
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their

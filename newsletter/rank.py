@@ -871,7 +871,7 @@ def top_n(
     vals = np.zeros((q.n_rows, n))
 
     if profiles is not None:
-        profiles.prepare()  # shared matrices, computed once before the threads start
+        profiles.prepare()  # shared matrices, started now; the blocks with votes come last
     # Rows with only keywords (and exclusions) take the float32 pass; the rest (votes, authors,
     # categories, ``all`` entries, ``min_score``) the float64 scorer. Both give the same
     # result (``_keyword_top``). Each kind goes in blocks of its own, so a block of readers
