@@ -75,3 +75,38 @@ def test_cosines_computed_in_the_background_are_those_computed_on_use() -> None:
     assert np.array_equal(
         np.concatenate(late.similarity, axis=1), (late.examples @ late.run_vectors.T).toarray()
     )
+
+
+def test_many_profiles_at_once_are_each_readers_rocchio_profile() -> None:
+    """``ProfileRows`` (cosines in tiles, readers in blocks) against one reader's profile
+    computed the plain way (``ProfileSpace.rocchio``: the vector, then its cosines)."""
+    from dataclasses import replace
+
+    from newsletter.profiles import Preference, ProfileRows, ProfileSpace
+    from newsletter.rank import Documents
+    from tests.ranking.corpus import load_papers
+
+    papers = load_papers()
+    examples = [replace(p, id=10_000 + p.id, key="old-" + p.key) for p in papers[:60]]
+    space = ProfileSpace(Documents.read(papers), examples)
+    rng = np.random.default_rng(7)
+    prefs = {
+        r: [
+            Preference(examples[int(e)].key, int(rng.choice([1, 1, -1])))
+            for e in rng.choice(len(examples), size=int(rng.integers(1, 8)), replace=False)
+        ]
+        for r in range(0, 40, 3)
+    }
+    scale = rng.uniform(0.5, 3.0, 40)
+    rows = ProfileRows.build(space, 40, prefs, scale)
+    rows.prepare()
+    found = rows.relevance_of(np.arange(40, dtype=np.int64))
+    assert found is not None
+    which, values = found
+    assert which.tolist() == sorted(prefs)
+    for r, got in zip(which.tolist(), values, strict=True):
+        more = [p.paper_key for p in prefs[r] if p.value > 0]
+        less = [p.paper_key for p in prefs[r] if p.value < 0]
+        plain = space.rocchio(more, less)
+        assert plain is not None
+        assert np.allclose(got, scale[r] * plain[0], rtol=1e-9, atol=1e-12)
