@@ -680,7 +680,10 @@ def _score_rows(
         scores *= points >= MIN_EVIDENCE  # one passing mention and nothing else: no match
     if extra is not None:
         rows, values = extra
-        scores[rows] += values * index.boost
+        if len(rows) == len(scores):  # every row (a block of readers with votes): in place
+            scores += values * index.boost
+        else:
+            scores[rows] += values * index.boost
     authors = q.authors[sel]
     if authors.nnz:
         hits = _dense(authors @ index.authors_t)

@@ -67,6 +67,15 @@ def counted(n: int, singular: str, plural: str | None = None) -> str:
 
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
 _TOKEN = re.compile(r"[^\W_]+")
+_WORD_CHARS = re.compile(r"\w+")
+
+
+def _raw_words(text: str) -> list[str]:
+    r"""``_TOKEN.findall(text)``: runs of letters and digits (``\w+`` is the same runs when the
+    text has no underscore, and a fifth faster)."""
+    return _WORD_CHARS.findall(text) if "_" not in text else _TOKEN.findall(text)
+
+
 _VOWELS = frozenset("aeiouy")
 _DOUBLES = ("bb", "dd", "ff", "gg", "mm", "nn", "pp", "rr", "tt")
 
@@ -163,7 +172,7 @@ def fold(text: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """Normalized, stemmed word tokens; punctuation and hyphens separate words."""
-    return [_word(t) for t in _TOKEN.findall(_strip(text))]
+    return list(map(_word, _raw_words(_strip(text))))
 
 
 def phrase_terms(phrase: str) -> tuple[tuple[str, ...], ...]:
@@ -323,7 +332,7 @@ def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str
     for text, mine in zip(texts, spans, strict=True):
         for start, end in reversed(mine):
             text = text[:start] + " " + text[end:]
-        raws = _TOKEN.findall(_strip(text))
+        raws = _raw_words(_strip(text))
         if uses.keys().isdisjoint(raws):
             out.append(list(map(_word, raws)))
             continue

@@ -85,7 +85,7 @@ PIECES = [
     "speculative", "decoding", "(SD)", "SD", "SDs", "large", "language", "models", "(LLMs)",
     "LLM", "LLMs", "key-value", "(KV)", "KV", "cache", "(e.g.)", "(see", "below)", "we", "use",
     "mixture", "of", "experts", "(MoE)", "MoE", ".", ";", "\u2003", "\t", "\n", "Ab", "(AB)",
-    "(A B)", "x", "it", "(IT)", "information", "technology",
+    "(A B)", "x", "it", "(IT)", "information", "technology", "snake_case", "_", "(S_D)", "é",
 ]  # fmt: skip
 text_st = st.lists(st.sampled_from(PIECES), max_size=60).map(" ".join)
 
