@@ -435,9 +435,9 @@ rows). CPU per step (least of 3, scorer on 1 thread, load 5.5), before → after
 0.24 → 0.19 s, voted papers and their tf-idf 0.35 → 0.27 s, compile 0.16 → 0.10 s, index
 0.19–0.22 s (unchanged), readers' profiles 0.07 s, the examples' cosines 0.49–0.54 → 0.34–0.38 s
 (now on background threads), scoring 1.96–2.05 → 1.45–1.51 s. Three runs of this benchmark
-right after (21:19–21:23 UTC, load average 4.7, 4.7, 4.0 at their start): 5.30, 5.15, 5.05 s
-wall, 3.21, 3.32, 3.42 s CPU, 4,032×, 2,374×, 2,422× the loop's speed (1 thread vs 1 thread),
-all 300 sampled rows identical, peak RSS 368–370 MiB. What the changes are: the top 10
+on the final code (21:33–21:38 UTC, load average 3.0, 3.7, 6.0 at their start): 3.11, 6.71,
+5.18 s wall, 3.28, 3.44, 3.18 s CPU, 4,783×, 2,987×, 2,923× the loop's speed (1 thread vs 1
+thread), all 300 sampled rows identical, peak RSS 354–356 MiB; the tables above are the first. What the changes are: the top 10
 takes its candidates from one mask scan per block and sorts them per row in a padded table;
 readers with votes are scored in blocks of their own, their cosines with the papers as sparse ×
 dense column tiles; the cosines start while the rows and the index are built; keyword rules
