@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, overload
 import numpy as np
 import numpy.typing as npt
 
-import newsletter.rank as rank  # (a cycle: rank imports this module; used at call time only)
-
 if TYPE_CHECKING:
     from newsletter.rank import Group, Queries, Rule, Vocabulary
 
@@ -65,6 +63,8 @@ class RowGroups(Sequence[tuple[int, ...]]):
 def compile_keywords(rules: Sequence[Rule], v: Vocabulary) -> Queries:
     """:func:`~newsletter.rank.compile_rules` for rules without ``all`` entries, with no acronym variants: the
     same matrices and the same numbering, built a column list at a time (not rule by rule)."""
+    from newsletter import rank  # at call time: rank imports this module
+
     n = len(rules)
     kw_lengths = np.fromiter(map(len, (r.keywords for r in rules)), dtype=np.int64, count=n)
     ex_lengths = np.fromiter(map(len, (r.exclude for r in rules)), dtype=np.int64, count=n)

@@ -32,11 +32,19 @@ class ReadPapers(Protocol):
     """The run's papers as the ranker tokenized them (``rank.Documents`` is one)."""
 
     @property
-    def papers(self) -> tuple[Paper, ...]: ...
+    def papers(self) -> tuple[Paper, ...]:
+        """The run's papers, in index order."""
+        ...
+
     @property
-    def titles(self) -> tuple[list[str], ...]: ...
+    def titles(self) -> tuple[list[str], ...]:
+        """Each paper's title as words."""
+        ...
+
     @property
-    def abstracts(self) -> tuple[list[str], ...]: ...
+    def abstracts(self) -> tuple[list[str], ...]:
+        """Each paper's abstract as words."""
+        ...
 
 
 ROCCHIO_BETA = 0.75
@@ -182,11 +190,19 @@ class Vote(Protocol):
     """What the ranker reads of a vote (``models.Vote`` from the store is one)."""
 
     @property
-    def paper_key(self) -> str: ...
+    def paper_key(self) -> str:
+        """The voted paper's key (its versionless arXiv id or stored key)."""
+        ...
+
     @property
-    def value(self) -> int: ...
+    def value(self) -> int:
+        """+1 for "more like this", -1 for "less like this"."""
+        ...
+
     @property
-    def topic(self) -> str | None: ...
+    def topic(self) -> str | None:
+        """The digest section (topic name) the paper was in when the reader voted, if known."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

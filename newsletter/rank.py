@@ -57,7 +57,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from newsletter import keyword_rows  # (a cycle: it reads this module at call time)
+from newsletter import keyword_rows  # (it imports this module when called, not when loaded)
 from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Paper, TopicSection
 from newsletter.profiles import MAX_VOTES, ProfileRows, ProfileSpace, Vote
@@ -150,6 +150,7 @@ class Rule:
 
     @classmethod
     def from_topic(cls, topic: TopicSettings) -> Rule:
+        """The rule a configured topic ranks by (keywords, required and excluded groups)."""
         return cls(
             keywords=_groups(topic.keywords),
             required=_groups(topic.all),
@@ -182,6 +183,7 @@ class Acronyms:
 
     @classmethod
     def build(cls, learned: dict[str, Counter[tuple[Tokens, str]]] | None = None) -> Acronyms:
+        """The shipped acronym pairs plus those ``learned`` from the run's papers."""
         forward: dict[str, dict[Tokens, str]] = {}
         backward: dict[Tokens, tuple[str, str]] = {}
         for short, longs in KNOWN_ACRONYMS.items():
@@ -284,12 +286,15 @@ class Vocabulary:
         return gid
 
     def category(self, name: str) -> int:
+        """The column of an arXiv category (added on first sight)."""
         return self.categories.setdefault(category_key(name), len(self.categories))
 
     def author(self, name: str) -> int:
+        """The column of an author (added on first sight)."""
         return self.authors.setdefault(author_key(name), len(self.authors))
 
     def term_group_matrix(self) -> sp.csr_matrix:
+        """Which term belongs to which keyword group, as a sparse 0/1 matrix."""
         rows: list[int] = []
         cols: list[int] = []
         for term_ids, gid in self.groups.items():
@@ -326,6 +331,7 @@ class Queries:
 
     @property
     def n_rows(self) -> int:
+        """How many query rows (topics, or readers' keyword sets) there are."""
         return int(self.scoring.shape[0])
 
 
@@ -453,6 +459,7 @@ def trend_factor(paper: Paper) -> float:
 
 
 def age_hours(paper: Paper, now: datetime) -> float:
+    """Hours since the paper was published (or first seen), never negative."""
     when = paper.published or paper.first_seen
     return max(0.0, (now - when).total_seconds() / 3600.0)
 
@@ -474,6 +481,7 @@ class Documents:
 
     @classmethod
     def read(cls, papers: Sequence[Paper]) -> Documents:
+        """The papers' titles and abstracts as words, with the acronym pairs they define."""
         titles: list[list[str]] = []
         abstracts: list[list[str]] = []
         learned: dict[str, Counter[tuple[Tokens, str]]] = {}
@@ -637,6 +645,7 @@ class PaperIndex:
 
     @property
     def n_papers(self) -> int:
+        """How many papers the index holds."""
         return len(self.papers)
 
 
@@ -951,6 +960,7 @@ class Explanation:
 
     @property
     def shown(self) -> bool:
+        """Whether the paper makes the digest (relevant, strong enough, not cut)."""
         return (
             self.relevance > 0
             and not self.weak
@@ -958,6 +968,7 @@ class Explanation:
         )
 
     def lines(self) -> list[str]:
+        """The explanation as ``rank --explain`` prints it, one line per contribution."""
         out = [f"relevance {self.relevance:.3f}"]
         for field, label, value in self.terms:
             out.append(f"  {value:6.3f}  {field}: {label}")
@@ -1327,6 +1338,7 @@ class Ranker:
         return " · ".join(parts)
 
     def explain(self, item: DigestItem) -> Explanation:
+        """How a digest item's score was made (``rank --explain``)."""
         return self.explanation(item.topic, self._position(item.paper))
 
     def sections(
