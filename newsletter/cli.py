@@ -8,9 +8,10 @@ record), :mod:`newsletter.preview` (``rank`` and ``preview``), :mod:`newsletter.
 
 Why one long module: it is the click command tree, 23 commands of options, help text,
 error wording and output formatting, which reads best in one place. What still makes it longer
-than that: the send command's wiring (``do_send``, ``send_by_workers``, ``SendProgress``,
-``print_send_report``), which moves to the ``edition`` package with the send-path redesign
-(issue 18), and the operator's checks in ``subscribers add`` and ``subscribers set``.
+than that: the send command's terminal side (``do_send``, ``send_by_workers``, ``SendProgress``,
+``print_send_report``: the live progress, the workers' queue display and the summary table; the
+send itself is :mod:`newsletter.edition`), and the operator's checks in ``subscribers add`` and
+``subscribers set``.
 """
 
 from __future__ import annotations
@@ -707,6 +708,7 @@ class SendProgress:
 
     @staticmethod
     def line(report: Any) -> str:
+        """One line of counts: sent, failed, in flight, remaining, and the rate in messages/s."""
         remaining = report.remaining
         return (
             f"sent {report.sent}, failed {report.failed}, in flight {report.in_flight}, "

@@ -162,10 +162,12 @@ class Digest:
 
     @property
     def items(self) -> tuple[DigestItem, ...]:
+        """Every item of the digest, section after section."""
         return tuple(item for section in self.sections for item in section.items)
 
     @property
     def is_empty(self) -> bool:
+        """True when no section has any item."""
         return not any(section.items for section in self.sections)
 
 
@@ -183,6 +185,7 @@ class Vote:
 
     @property
     def more(self) -> bool:
+        """True for "more like this", False for "less like this"."""
         return self.value > 0
 
 

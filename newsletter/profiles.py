@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,24 +22,29 @@ import scipy.sparse as sp
 
 from newsletter.models import Paper
 from newsletter.text import read_defined
+from newsletter.tiles import Tiles, column_tiles, dense_product, times_tiles
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-
-def _dense(m: Any) -> FloatArray:
-    return np.asarray(m.toarray() if sp.issparse(m) else m, dtype=np.float64)
 
 
 class ReadPapers(Protocol):
     """The run's papers as the ranker tokenized them (``rank.Documents`` is one)."""
 
     @property
-    def papers(self) -> tuple[Paper, ...]: ...
+    def papers(self) -> tuple[Paper, ...]:
+        """The run's papers, in index order."""
+        ...
+
     @property
-    def titles(self) -> tuple[list[str], ...]: ...
+    def titles(self) -> tuple[list[str], ...]:
+        """Each paper's title as words."""
+        ...
+
     @property
-    def abstracts(self) -> tuple[list[str], ...]: ...
+    def abstracts(self) -> tuple[list[str], ...]:
+        """Each paper's abstract as words."""
+        ...
 
 
 ROCCHIO_BETA = 0.75
@@ -185,11 +190,19 @@ class Vote(Protocol):
     """What the ranker reads of a vote (``models.Vote`` from the store is one)."""
 
     @property
-    def paper_key(self) -> str: ...
+    def paper_key(self) -> str:
+        """The voted paper's key (its versionless arXiv id or stored key)."""
+        ...
+
     @property
-    def value(self) -> int: ...
+    def value(self) -> int:
+        """+1 for "more like this", -1 for "less like this"."""
+        ...
+
     @property
-    def topic(self) -> str | None: ...
+    def topic(self) -> str | None:
+        """The digest section (topic name) the paper was in when the reader voted, if known."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +214,9 @@ class Preference:
     topic: str | None = None
 
 
-def _profile_tokens(title: list[str], abstract: list[str]) -> list[str]:
-    """A paper as the profile space sees it: the title counted twice, stop words out."""
-    stop = STOPWORDS
-    kept = [t for t in title if t not in stop and len(t) > 1]
-    return kept + kept + [t for t in abstract if t not in stop and len(t) > 1]
+def _kept(word: str) -> bool:
+    """Whether a word can carry a paper's subject in the profile vectors."""
+    return word not in STOPWORDS and len(word) > 1
 
 
 class ProfileSpace:
@@ -218,16 +229,18 @@ class ProfileSpace:
     """
 
     def __init__(self, docs: ReadPapers, examples: Sequence[Paper]) -> None:
-        run = [_profile_tokens(t, a) for t, a in zip(docs.titles, docs.abstracts, strict=True)]
-        # Words in order of first use (dict.fromkeys keeps it), numbered.
-        vocab = {t: i for i, t in enumerate(dict.fromkeys(chain.from_iterable(run)))}
+        # A paper as the profile space sees it: its title counted twice and its abstract, stop
+        # words out. The vocabulary: the words kept, in order of first use, numbered.
+        run = list(zip(docs.titles, docs.abstracts, strict=True))
+        words = dict.fromkeys(chain.from_iterable(chain.from_iterable(run)))
+        vocab = {t: i for i, t in enumerate(filter(_kept, words))}
         self.vocab = vocab
         n = len(run)
         counts = self._counts(run)
         df = np.bincount(counts.indices, minlength=len(vocab)).astype(np.float64)
         self.idf: FloatArray = np.log((1 + n) / (1 + df)) + 1.0
         self.keys: dict[str, int] = {}
-        rows: list[list[str]] = []
+        rows: list[tuple[list[str], list[str]]] = []
         known = {p.key: (docs.titles[i], docs.abstracts[i]) for i, p in enumerate(docs.papers)}
         for paper in examples:
             if paper.key not in self.keys:
@@ -236,22 +249,25 @@ class ProfileSpace:
                 else:
                     (title, abstract), _ = read_defined(paper.title, paper.abstract)
                 self.keys[paper.key] = len(rows)
-                rows.append(_profile_tokens(title, abstract))
+                rows.append((title, abstract))
         self.titles = {p.key: p.title for p in examples}
+        self._pending: dict[str, Future[Any]] = {}
         x = self._weigh(counts)
         self.run_vectors: sp.csr_matrix = x
         """run papers × vocabulary, unit rows."""
         self.examples: sp.csr_matrix = self._weigh(self._counts(rows))
         """examples × vocabulary, unit rows."""
-        self._run_t: sp.csr_matrix = sp.csr_matrix(x.T)
 
-    def _counts(self, docs: list[list[str]]) -> sp.csr_matrix:
-        """docs × vocabulary term counts (words outside the vocabulary are left out)."""
-        get = self.vocab.get
+    def _counts(self, docs: list[tuple[list[str], list[str]]]) -> sp.csr_matrix:
+        """docs × vocabulary term counts, titles twice (words outside the vocabulary, stop
+        words among them, are left out)."""
+        lengths = [2 * len(title) + len(abstract) for title, abstract in docs]
+        words = chain.from_iterable(chain.from_iterable((t, t, a) for t, a in docs))
+        # -1: not in the vocabulary
         found = np.fromiter(
-            (get(t, -1) for toks in docs for t in toks), dtype=np.int64
-        )  # -1: not in the vocabulary
-        doc = np.repeat(np.arange(len(docs)), [len(toks) for toks in docs])
+            map(self.vocab.get, words, repeat(-1)), dtype=np.int64, count=sum(lengths)
+        )
+        doc = np.repeat(np.arange(len(docs)), lengths)
         known = found >= 0
         indptr = np.zeros(len(docs) + 1, dtype=np.int64)
         np.cumsum(np.bincount(doc[known], minlength=len(docs)), out=indptr[1:])
@@ -302,23 +318,43 @@ class ProfileSpace:
         return total, q_more / norm
 
     @property
-    def similarity(self) -> FloatArray:
-        """examples × run papers cosines, computed once on first use (for many profiles at
-        once, :class:`ProfileRows`; a single reader's profile needs only one product)."""
-        cached: FloatArray | None = self.__dict__.get("_similarity")
-        if cached is None:
-            cached = np.asarray((self.examples @ self._run_t).toarray(), dtype=np.float64)
-            self.__dict__["_similarity"] = cached
-        return cached
+    def similarity(self) -> Tiles:
+        """examples × run papers cosines, as column tiles (:mod:`newsletter.tiles`), computed
+        once on first use (for many profiles at once, :class:`ProfileRows`; a single reader's
+        profile needs only one product)."""
+        found: Tiles = self._shared("_similarity")
+        return found
 
     @property
     def gram(self) -> FloatArray:
         """examples × examples cosines, computed once on first use."""
-        cached: FloatArray | None = self.__dict__.get("_gram")
+        found: FloatArray = self._shared("_gram")
+        return found
+
+    def _shared(self, name: str) -> Any:
+        cached = self.__dict__.get(name)
         if cached is None:
-            cached = np.asarray((self.examples @ self.examples.T).toarray(), dtype=np.float64)
-            self.__dict__["_gram"] = cached
+            pending = self._pending.get(name)
+            cached = pending.result() if pending is not None else self._compute(name)
+            self.__dict__[name] = cached
         return cached
+
+    def _compute(self, name: str) -> Any:
+        if name == "_similarity":
+            return column_tiles(dense_product(self.examples, self.run_vectors.T))
+        return dense_product(self.examples, self.examples.T)
+
+    def precompute(self) -> None:
+        """Start computing :attr:`similarity` and :attr:`gram` on two background threads now
+        (sparse products: they release the GIL), so a caller that needs them later (many
+        profiles at once) can build its other structures meanwhile; using them waits."""
+        if self._pending or "_similarity" in self.__dict__:
+            return
+        pool = ThreadPoolExecutor(2, thread_name_prefix="profile-space")
+        self._pending = {
+            name: pool.submit(self._compute, name) for name in ("_similarity", "_gram")
+        }
+        pool.shutdown(wait=False)
 
     def liked(self, more_part: FloatArray, paper_index: int) -> float:
         """The share of a run paper's cosine that comes from the papers voted "more"."""
@@ -405,18 +441,21 @@ class ProfileRows:
         return cls(space, weights, scales)
 
     def prepare(self) -> None:
-        """Compute the space's shared matrices now (once, not in every thread that needs them)."""
+        """Start the space's shared matrices (once, not in every thread that needs them) on
+        background threads, unless started already; :meth:`relevance` waits for them."""
         if self.weights.nnz:
-            space = self.space
-            # Two independent sparse products (they release the GIL): side by side.
-            with ThreadPoolExecutor(2) as pool:
-                for _ in pool.map(getattr, (space, space), ("similarity", "gram")):
-                    pass
+            self.space.precompute()
 
     def relevance(self, start: int, stop: int) -> tuple[IntArray, FloatArray] | None:
         """The rows of ``start:stop`` that have a profile (relative to ``start``) and their
         share of relevance per paper; None when none has."""
-        w = self.weights[start:stop]
+        return self._relevance(self.weights[start:stop], self.scale[start:stop])
+
+    def relevance_of(self, rows: IntArray) -> tuple[IntArray, FloatArray] | None:
+        """:meth:`relevance` for the rows numbered ``rows`` (positions within ``rows``)."""
+        return self._relevance(self.weights[rows], self.scale[rows])
+
+    def _relevance(self, w: sp.csr_matrix, scale: FloatArray) -> tuple[IntArray, FloatArray] | None:
         if not w.nnz:
             return None
         space = self.space
@@ -425,5 +464,11 @@ class ProfileRows:
         # |q|² = wᵀ·(examples' cosines)·w, and q·paper from the examples' cosines with papers:
         # a few votes per row against dense matrices, never a profile vector.
         norm = np.sqrt(np.maximum(_quadratic(wr, space.gram), 1e-12))
-        dots = _dense(wr @ space.similarity)
-        return rows, dots * (self.scale[start:stop][rows] / norm)[:, None]
+        dots = times_tiles(wr, space.similarity)
+        dots *= (scale[rows] / norm)[:, None]
+        return rows, dots
+
+    def voters(self) -> npt.NDArray[np.bool_]:
+        """Per row, whether it has a profile."""
+        has: npt.NDArray[np.bool_] = np.diff(self.weights.indptr) > 0
+        return has

@@ -57,6 +57,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from newsletter import keyword_rows  # (it imports this module when called, not when loaded)
 from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Paper, TopicSection
 from newsletter.profiles import MAX_VOTES, ProfileRows, ProfileSpace, Vote
@@ -149,6 +150,7 @@ class Rule:
 
     @classmethod
     def from_topic(cls, topic: TopicSettings) -> Rule:
+        """The rule a configured topic ranks by (keywords, required and excluded groups)."""
         return cls(
             keywords=_groups(topic.keywords),
             required=_groups(topic.all),
@@ -181,6 +183,7 @@ class Acronyms:
 
     @classmethod
     def build(cls, learned: dict[str, Counter[tuple[Tokens, str]]] | None = None) -> Acronyms:
+        """The shipped acronym pairs plus those ``learned`` from the run's papers."""
         forward: dict[str, dict[Tokens, str]] = {}
         backward: dict[Tokens, tuple[str, str]] = {}
         for short, longs in KNOWN_ACRONYMS.items():
@@ -283,12 +286,15 @@ class Vocabulary:
         return gid
 
     def category(self, name: str) -> int:
+        """The column of an arXiv category (added on first sight)."""
         return self.categories.setdefault(category_key(name), len(self.categories))
 
     def author(self, name: str) -> int:
+        """The column of an author (added on first sight)."""
         return self.authors.setdefault(author_key(name), len(self.authors))
 
     def term_group_matrix(self) -> sp.csr_matrix:
+        """Which term belongs to which keyword group, as a sparse 0/1 matrix."""
         rows: list[int] = []
         cols: list[int] = []
         for term_ids, gid in self.groups.items():
@@ -320,15 +326,18 @@ class Queries:
     min_score: FloatArray
     category_only: npt.NDArray[np.bool_]
     """Rows without keywords: being in one of their categories is the match."""
-    row_groups: tuple[tuple[int, ...], ...] = ()
+    row_groups: Sequence[tuple[int, ...]] = ()
     """Per row, the group of each keyword and ``all`` entry, in the rule's order."""
 
     @property
     def n_rows(self) -> int:
+        """How many query rows (topics, or readers' keyword sets) there are."""
         return int(self.scoring.shape[0])
 
 
-def _csr_rows(cols: list[int], lengths: list[int], n_cols: int) -> sp.csr_matrix:
+def _csr_rows(
+    cols: Sequence[int] | IntArray, lengths: Sequence[int] | IntArray, n_cols: int
+) -> sp.csr_matrix:
     """A 0/1 matrix whose row ``i`` has ones at its ``lengths[i]`` columns, taken in turn from
     ``cols`` (repeats count once)."""
     indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -345,6 +354,13 @@ def _csr_rows(cols: list[int], lengths: list[int], n_cols: int) -> sp.csr_matrix
 def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Queries:
     """Turn rules into sparse row matrices; terms, categories and authors go into ``vocab``."""
     v = vocab or Vocabulary()
+    if not (v.acronyms.forward or v.acronyms.backward) and not any(r.required for r in rules):
+        return keyword_rows.compile_keywords(rules, v)
+    return _compile_each(rules, v)
+
+
+def _compile_each(rules: Sequence[Rule], v: Vocabulary) -> Queries:
+    """:func:`compile_rules` rule by rule (any rules, any vocabulary)."""
     # Column lists and per-row lengths of each matrix: one pass, few Python operations per row
     # (100,000 subscribers' rules compile in a fraction of a second).
     sc: list[int] = []
@@ -443,6 +459,7 @@ def trend_factor(paper: Paper) -> float:
 
 
 def age_hours(paper: Paper, now: datetime) -> float:
+    """Hours since the paper was published (or first seen), never negative."""
     when = paper.published or paper.first_seen
     return max(0.0, (now - when).total_seconds() / 3600.0)
 
@@ -464,6 +481,7 @@ class Documents:
 
     @classmethod
     def read(cls, papers: Sequence[Paper]) -> Documents:
+        """The papers' titles and abstracts as words, with the acronym pairs they define."""
         titles: list[list[str]] = []
         abstracts: list[list[str]] = []
         learned: dict[str, Counter[tuple[Tokens, str]]] = {}
@@ -507,12 +525,11 @@ class PaperIndex:
         for p in range(n_papers):
             for f, toks in enumerate((docs.titles[p], docs.abstracts[p])):
                 lengths[f, p] = len(toks)
-                counts: dict[int, float] = {}
-                for tok, k in Counter(toks).items():  # single words: count once per distinct word
-                    single = singles.get(tok)
-                    if single is not None:
-                        counts[single] = counts.get(single, 0.0) + k
-                for i in [i for i, tok in enumerate(toks) if tok in starts]:  # phrases
+                seen = Counter(toks)
+                # Single words: once per distinct word (distinct words are distinct terms).
+                counts = {singles[tok]: float(k) for tok, k in seen.items() if tok in singles}
+                phrases = [] if starts.keys().isdisjoint(seen) else toks
+                for i in [i for i, tok in enumerate(phrases) if tok in starts]:  # phrases
                     for size in starts[toks[i]]:
                         if i + size > len(toks):
                             continue  # a cut-off slice would match a shorter phrase
@@ -628,6 +645,7 @@ class PaperIndex:
 
     @property
     def n_papers(self) -> int:
+        """How many papers the index holds."""
         return len(self.papers)
 
 
@@ -671,7 +689,10 @@ def _score_rows(
         scores *= points >= MIN_EVIDENCE  # one passing mention and nothing else: no match
     if extra is not None:
         rows, values = extra
-        scores[rows] += values * index.boost
+        if len(rows) == len(scores):  # every row (a block of readers with votes): in place
+            scores += values * index.boost
+        else:
+            scores[rows] += values * index.boost
     authors = q.authors[sel]
     if authors.nnz:
         hits = _dense(authors @ index.authors_t)
@@ -735,8 +756,7 @@ def _top_rows(
     is cut into up to ``8n`` column ranges, and the ``n``-th largest of the ranges' maxima is a
     lower bound of the row's ``n``-th largest score (``n`` different ranges each hold a value at
     least that large). Every score at or above the bound is a candidate, so the top ``n``, ties
-    included, are among them; only the ranges whose maximum reaches the bound are scanned, and
-    the candidates (a few dozen per row) are then sorted exactly.
+    included, are among them; the candidates (a few dozen per row) are then sorted exactly.
 
     ``scores`` may be an approximation within a relative ``slack`` of the true scores (all
     non-negative, and zero exactly where the true score is): then the bound is lowered by the
@@ -749,36 +769,35 @@ def _top_rows(
     if k >= n:
         # Range ``i`` is every ``k``-th column from column ``i``: the maxima are then an
         # elementwise maximum of contiguous slices (fast), not ``k`` short reductions per row.
-        width = cols // k
-        covered = k * width
-        blocks = scores[:, :covered].reshape(rows, width, k)
-        maxima = blocks.max(axis=1)
+        maxima = scores[:, : k * (cols // k)].reshape(rows, cols // k, k).max(axis=1)
         bound = -np.partition(-maxima, n - 1, axis=1)[:, n - 1].astype(np.float64)
         bound = np.maximum(bound * (1.0 - 3.0 * slack), tiny)  # only positive scores match
-        limit = bound.astype(scores.dtype)
-        br, bk = np.nonzero(maxima >= limit[:, None])  # ranges that hold a candidate
-        hit_i, hit_o = np.nonzero(blocks[br, :, bk] >= limit[br, None])
-        r = br[hit_i]
-        c = hit_o * k + bk[hit_i]
-        if covered < cols:  # the last few columns, outside the ranges
-            tr, tc = np.nonzero(scores[:, covered:] >= limit[:, None])
-            r = np.concatenate([r, tr])
-            c = np.concatenate([c, tc + covered])
+        limit = bound.astype(scores.dtype)[:, None]
     else:
-        r, c = np.nonzero(scores >= tiny)
-    v = np.asarray(scores[r, c], dtype=np.float64) if exact is None else exact(r, c)
+        limit = np.asarray(tiny, dtype=scores.dtype)
+    # One comparison per cell and one scan of the mask: the candidates come out by row, then
+    # column (cheaper than gathering the ranges that reach the bound).
+    flat = np.flatnonzero(scores >= limit)
+    r = flat // cols
+    c = flat - r * cols
+    v = np.asarray(scores.ravel()[flat], dtype=np.float64) if exact is None else exact(r, c)
     if exact is not None:
         keep = v > 0
         r, c, v = r[keep], c[keep], v[keep]
-    order = np.lexsort((c, -v, r))  # by row, then score descending, then column ascending
-    r, c, v = r[order], c[order], v[order]
+    # Each row's candidates side by side (a row × most-candidates table, ``-inf`` padded),
+    # sorted by score descending per row; a stable sort keeps ties in column order.
     counts = np.bincount(r, minlength=rows)
+    width = max(n, int(counts.max()) if rows else 0)
     pos = np.arange(len(r)) - np.repeat(np.cumsum(counts) - counts, counts)
-    keep = pos < n
-    ids = np.full((rows, n), -1, dtype=np.int64)
-    vals = np.zeros((rows, n))
-    ids[r[keep], pos[keep]] = c[keep]
-    vals[r[keep], pos[keep]] = v[keep]
+    key = np.full((rows, width), np.inf)
+    key[r, pos] = -v
+    col = np.full((rows, width), -1, dtype=np.int64)
+    col[r, pos] = c
+    order = np.argsort(key, axis=1, kind="stable")[:, :n]
+    vals = -np.take_along_axis(key, order, axis=1)
+    ids = np.take_along_axis(col, order, axis=1)
+    empty = np.isinf(vals)
+    vals[empty] = 0.0
     return ids, vals
 
 
@@ -821,7 +840,8 @@ def _keyword_top(
         gone = sent.tocoo()
         scores[gone.row, gone.col] = 0.0
     indptr, indices, data = scoring.indptr, scoring.indices, scoring.data
-    weights = index.boosted_t
+    weights = index.boosted_t.ravel()  # C order: cell (g, p) is at g * n_papers + p
+    n_papers = index.n_papers
 
     def exact(r: IntArray, c: IntArray) -> FloatArray:
         # One (candidate, term) pair per term of the candidate's row, candidate by candidate
@@ -830,7 +850,7 @@ def _keyword_top(
         owner = np.repeat(np.arange(len(r)), counts)
         offset = np.arange(len(owner)) - np.repeat(np.cumsum(counts) - counts, counts)
         jj = indptr[r][owner] + offset
-        parts = data[jj] * weights[indices[jj], c[owner]]
+        parts = data[jj] * weights[indices[jj] * n_papers + c[owner]]
         return np.bincount(owner, weights=parts, minlength=len(r)).astype(np.float64)
 
     return _top_rows(scores, n, exact=exact, slack=(most + 1) * F32_ERROR)
@@ -863,47 +883,48 @@ def top_n(
     vals = np.zeros((q.n_rows, n))
 
     if profiles is not None:
-        profiles.prepare()  # shared matrices, computed once before the threads start
-    fast = index.boosted32_t is not None
+        profiles.prepare()  # shared matrices, started now; the blocks with votes come last
+    # Rows with only keywords (and exclusions) take the float32 pass; the rest (votes, authors,
+    # categories, ``all`` entries, ``min_score``) the float64 scorer. Both give the same
+    # result (``_keyword_top``). Each kind goes in blocks of its own, so a block of readers
+    # with votes shares its products with the examples' cosines.
+    if index.boosted32_t is None:
+        special = np.ones(q.n_rows, dtype=bool)
+    else:
+        special = np.diff(q.authors.indptr) > 0
+        special |= np.diff(q.categories.indptr) > 0
+        special |= q.n_required > 0
+        special |= q.min_score != 0
+        if profiles is not None:
+            special |= profiles.voters()
+    tasks: list[tuple[IntArray, bool]] = []
+    # The float64 scorer holds a few rows × papers float64 arrays per block: half as many rows.
+    for rows, kind, size in (
+        (np.flatnonzero(~special), True, block),
+        (np.flatnonzero(special), False, max(1, block // 2)),
+    ):
+        tasks.extend((rows[i : i + size], kind) for i in range(0, len(rows), size))
 
-    def run(start: int) -> None:
-        stop = min(q.n_rows, start + block)
-        extra = profiles.relevance(start, stop) if profiles is not None else None
-        # Rows with only keywords (and exclusions) take the float32 pass; the rest the float64
-        # scorer. Both give the same result (``_keyword_top``).
-        special = np.zeros(stop - start, dtype=bool)
-        if fast:
-            special |= np.diff(q.authors[start:stop].indptr) > 0
-            special |= np.diff(q.categories[start:stop].indptr) > 0
-            special |= q.n_required[start:stop] > 0
-            special |= q.min_score[start:stop] != 0
-            if extra is not None:
-                special[extra[0]] = True
-        else:
-            special[:] = True
-        plain = np.flatnonzero(~special)
-        if len(plain):
-            sent = exclude[start + plain] if exclude is not None else None
-            got = _keyword_top(q, index, start + plain, n, sent)
-            ids[start + plain], vals[start + plain] = got
-        other = np.flatnonzero(special)
-        if len(other):
-            if extra is not None:
-                extra = (np.searchsorted(other, extra[0]), extra[1])
-            scores = _score_rows(q, index, start + other, extra)
-            if exclude is not None:
-                sent_coo = exclude[start + other].tocoo()
-                scores[sent_coo.row, sent_coo.col] = 0.0
-            ids[start + other], vals[start + other] = _top_rows(scores, n)
+    def run(task: tuple[IntArray, bool]) -> None:
+        rows, plain = task
+        if plain:
+            sent = exclude[rows] if exclude is not None else None
+            ids[rows], vals[rows] = _keyword_top(q, index, rows, n, sent)
+            return
+        extra = profiles.relevance_of(rows) if profiles is not None else None
+        scores = _score_rows(q, index, rows, extra)
+        if exclude is not None:
+            sent_coo = exclude[rows].tocoo()
+            scores[sent_coo.row, sent_coo.col] = 0.0
+        ids[rows], vals[rows] = _top_rows(scores, n)
 
-    starts = range(0, q.n_rows, block)
-    workers = min(threads or min(4, os.cpu_count() or 1), len(starts))
+    workers = min(threads or min(4, os.cpu_count() or 1), len(tasks))
     if workers <= 1:
-        for start in starts:
-            run(start)
+        for task in tasks:
+            run(task)
     else:
         with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(run, starts):
+            for _ in pool.map(run, tasks):
                 pass  # re-raises a block's error here
     return TopN(ids, vals)
 
@@ -939,6 +960,7 @@ class Explanation:
 
     @property
     def shown(self) -> bool:
+        """Whether the paper makes the digest (relevant, strong enough, not cut)."""
         return (
             self.relevance > 0
             and not self.weak
@@ -946,6 +968,7 @@ class Explanation:
         )
 
     def lines(self) -> list[str]:
+        """The explanation as ``rank --explain`` prints it, one line per contribution."""
         out = [f"relevance {self.relevance:.3f}"]
         for field, label, value in self.terms:
             out.append(f"  {value:6.3f}  {field}: {label}")
@@ -1315,6 +1338,7 @@ class Ranker:
         return " · ".join(parts)
 
     def explain(self, item: DigestItem) -> Explanation:
+        """How a digest item's score was made (``rank --explain``)."""
         return self.explanation(item.topic, self._position(item.paper))
 
     def sections(

@@ -259,9 +259,11 @@ class StoreBase:
 
     @property
     def dialect(self) -> str:
+        """The database's SQLAlchemy dialect name: ``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
 
     def close(self) -> None:
+        """Close the pooled connections (dispose of the engine)."""
         self.engine.dispose()
 
     def error(self, error: BaseException) -> StoreError:

@@ -150,6 +150,7 @@ class ConsentStore(StoreBase):
             return res.rowcount == 1
 
     def consent_record(self, subscriber_id: int) -> dict[str, Any] | None:
+        """The subscriber's consent record (how, when and where, with its history), or ``None``."""
         with self.engine.connect() as conn:
             value = conn.execute(
                 select(t.subscribers.c.consent).where(t.subscribers.c.id == subscriber_id)
@@ -178,10 +179,12 @@ class ConsentStore(StoreBase):
             return True
 
     def forget_rate(self, key: str) -> None:
+        """Drop every request counted for ``key`` (an erased address leaves none)."""
         with self.engine.begin() as conn:
             conn.execute(delete(t.rate_events).where(t.rate_events.c.key == key))
 
     def prune_rate_events(self, before: datetime) -> int:
+        """Delete the requests counted before ``before``, for every key; returns how many."""
         with self.engine.begin() as conn:
             return int(
                 conn.execute(delete(t.rate_events).where(t.rate_events.c.at < before)).rowcount

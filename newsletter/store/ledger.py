@@ -1,7 +1,15 @@
 """The edition ledger: claiming each subscriber's edition, beginning a send, marking it sent,
 failed or unknown, releasing a claim, and applying a sender's batched ledger operations in one
 transaction (SQLite) or one statement (PostgreSQL). A mixin of the Store; its statements are in
-:mod:`.ledger_sql`."""
+:mod:`.ledger_sql`.
+
+Why one module of this length: each write a sender batches (begin, mark, release, permanent
+failure) is written once as a function of an open connection, used both by its public method
+(its own transaction) and by :meth:`LedgerStore.apply_ledger` (many senders' ops in one
+transaction), next to the driver-level fast paths for the usual batches, which must leave the
+same rows; the claims, which take over the rows those writes leave, are the rest. Split, a
+write and the batch that repeats it would sit in different modules; what keeps them equal is
+``tests/test_ledger_contract.py``, which requires the same rows from every way."""
 
 from __future__ import annotations
 

@@ -246,6 +246,7 @@ class OpsStore(StoreBase):
     def editions_on(
         self, edition_date: date, status: EditionStatus | None = None
     ) -> list[EditionRecord]:
+        """The ledger rows of one edition date (only ``status`` when given), in claim order."""
         with self.engine.connect() as conn:
             q = (
                 select(t.editions, t.subscribers.c.email)
@@ -257,6 +258,7 @@ class OpsStore(StoreBase):
             return [_edition(r) for r in conn.execute(q.order_by(t.editions.c.id))]
 
     def edition_for(self, subscriber_id: int, edition_date: date) -> EditionRecord | None:
+        """The ledger row of one subscriber's edition on ``edition_date``, or ``None``."""
         with self.engine.connect() as conn:
             r = conn.execute(
                 select(t.editions, t.subscribers.c.email)

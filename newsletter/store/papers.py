@@ -129,6 +129,7 @@ class PaperStore(StoreBase):
     """Papers, their sources and upvote signals, and votes (the papers part of the Store)."""
 
     def papers_by_keys(self, keys: Iterable[str]) -> dict[str, Paper]:
+        """The stored papers with these keys, with their sources; unknown keys are left out."""
         keys = list(dict.fromkeys(keys))
         out: dict[str, Paper] = {}
         with self.engine.connect() as conn:
@@ -293,6 +294,7 @@ class PaperStore(StoreBase):
             return [_paper(r, sources.get(r.id, ()), velocity.get(r.id)) for r in rows]
 
     def count_papers(self) -> int:
+        """How many papers the store holds."""
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(t.papers)).scalar_one())
 

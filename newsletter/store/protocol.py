@@ -45,7 +45,9 @@ from newsletter.store.bounces import BounceRecord, BounceScore, EditionRates, Sc
 class PaperReads(Protocol):
     """What a send reads about papers: candidates, what each reader was sent and voted."""
 
-    def papers_by_keys(self, keys: Iterable[str]) -> dict[str, Paper]: ...
+    def papers_by_keys(self, keys: Iterable[str]) -> dict[str, Paper]:
+        """The stored papers with these keys, with their sources; unknown keys are left out."""
+        ...
 
     def recent_papers(self, since: datetime) -> list[Paper]:
         """Papers first seen at or after ``since``, oldest first, with their sources."""
@@ -75,7 +77,9 @@ class Papers(PaperReads, Protocol):
         """Apply ingest decisions in one transaction, batched: inserts, updates, links, signals."""
         ...
 
-    def count_papers(self) -> int: ...
+    def count_papers(self) -> int:
+        """How many papers the store holds."""
+        ...
 
     def set_vote(
         self, subscriber_id: int, paper_id: int, value: int, topic: str | None, now: datetime
@@ -118,7 +122,9 @@ class SubscriberReads(Protocol):
         """Subscribers in id order, in batches (memory stays flat however many there are)."""
         ...
 
-    def count_subscribers(self, status: SubscriberStatus | None = None) -> int: ...
+    def count_subscribers(self, status: SubscriberStatus | None = None) -> int:
+        """How many subscribers there are (only ``status`` when given)."""
+        ...
 
 
 class Subscribers(SubscriberReads, Protocol):
@@ -138,9 +144,13 @@ class Subscribers(SubscriberReads, Protocol):
         """Insert a subscriber, or return the existing one. The bool says whether it was created."""
         ...
 
-    def set_topics(self, subscriber_id: int, topics: Sequence[str]) -> None: ...
+    def set_topics(self, subscriber_id: int, topics: Sequence[str]) -> None:
+        """Replace a subscriber's topics with ``topics`` (repeats dropped)."""
+        ...
 
-    def set_status(self, email: str, status: SubscriberStatus, now: datetime) -> bool: ...
+    def set_status(self, email: str, status: SubscriberStatus, now: datetime) -> bool:
+        """Set the status of the subscriber with exactly this address; False if there is none."""
+        ...
 
     def remove_subscriber(
         self, email: str, *, forgotten: tuple[str, datetime] | None = None
@@ -184,9 +194,13 @@ class Subscribers(SubscriberReads, Protocol):
         (a bulk import: no row may exist already). Returns how many were added."""
         ...
 
-    def get_subscriber(self, email: str) -> Subscriber | None: ...
+    def get_subscriber(self, email: str) -> Subscriber | None:
+        """The subscriber with exactly this address, with their topics, or ``None``."""
+        ...
 
-    def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None: ...
+    def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None:
+        """The subscriber with this id, with their topics, or ``None``."""
+        ...
 
 
 class Consent(Protocol):
@@ -228,15 +242,21 @@ class Consent(Protocol):
         """Mark a subscriber unsubscribed (idempotent). True when the status changed just now."""
         ...
 
-    def consent_record(self, subscriber_id: int) -> dict[str, Any] | None: ...
+    def consent_record(self, subscriber_id: int) -> dict[str, Any] | None:
+        """The subscriber's consent record (how, when and where, with its history), or ``None``."""
+        ...
 
     def hit_rate(self, key: str, now: datetime, *, window: timedelta, limit: int) -> bool:
         """Count one request for ``key`` unless ``limit`` were already made within ``window``."""
         ...
 
-    def forget_rate(self, key: str) -> None: ...
+    def forget_rate(self, key: str) -> None:
+        """Drop every request counted for ``key`` (an erased address leaves none)."""
+        ...
 
-    def prune_rate_events(self, before: datetime) -> int: ...
+    def prune_rate_events(self, before: datetime) -> int:
+        """Delete the requests counted before ``before``, for every key; returns how many."""
+        ...
 
 
 class Ledger(Protocol):
@@ -359,9 +379,13 @@ class Operations(LedgerState, Protocol):
 
     def editions_on(
         self, edition_date: date, status: EditionStatus | None = None
-    ) -> list[EditionRecord]: ...
+    ) -> list[EditionRecord]:
+        """The ledger rows of one edition date (only ``status`` when given), in claim order."""
+        ...
 
-    def edition_for(self, subscriber_id: int, edition_date: date) -> EditionRecord | None: ...
+    def edition_for(self, subscriber_id: int, edition_date: date) -> EditionRecord | None:
+        """The ledger row of one subscriber's edition on ``edition_date``, or ``None``."""
+        ...
 
     def unsettled_editions(self, limit: int = 1000) -> list[EditionRecord]:
         """Editions whose delivery is unknown (``unknown``, ``held``, ``resend``), oldest first."""
@@ -407,19 +431,29 @@ class Runs(Protocol):
         now: datetime,
         counts: dict[str, Any],
         error: str | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Record a run's end: its status, counts, error and duration."""
+        ...
 
-    def last_runs(self, limit: int = 10, kind: str | None = None) -> list[RunRecord]: ...
+    def last_runs(self, limit: int = 10, kind: str | None = None) -> list[RunRecord]:
+        """The most recent runs (of ``kind`` when given), newest first."""
+        ...
 
 
 class Sources(Protocol):
     """Each source's fetch state (:mod:`.sources`)."""
 
-    def source_state(self, source: str) -> SourceState: ...
+    def source_state(self, source: str) -> SourceState:
+        """A source's fetch state; a blank one for a source never fetched."""
+        ...
 
-    def all_source_states(self) -> list[SourceState]: ...
+    def all_source_states(self) -> list[SourceState]:
+        """The fetch state of every source that has one, by source name."""
+        ...
 
-    def save_source_state(self, state: SourceState) -> None: ...
+    def save_source_state(self, state: SourceState) -> None:
+        """Store a source's fetch state, replacing the one it had."""
+        ...
 
 
 class Bounces(Protocol):
@@ -486,9 +520,13 @@ class Schema(Protocol):
     """The connection, the schema and the error mapping (:mod:`.base`)."""
 
     @property
-    def dialect(self) -> str: ...
+    def dialect(self) -> str:
+        """The database's SQLAlchemy dialect name: ``sqlite`` or ``postgresql``."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the pooled connections (dispose of the engine)."""
+        ...
 
     def error(self, error: BaseException) -> StoreError:
         """A database error as one line naming this database and what to do."""
@@ -502,9 +540,13 @@ class Schema(Protocol):
         """Migrate the schema to ``revision`` (Alembic)."""
         ...
 
-    def current_revision(self) -> str | None: ...
+    def current_revision(self) -> str | None:
+        """The schema revision the database is at (``None``: never migrated)."""
+        ...
 
-    def head_revision(self) -> str | None: ...
+    def head_revision(self) -> str | None:
+        """The revision this code's migrations lead to."""
+        ...
 
     def check_schema(self) -> None:
         """Raise :class:`StoreError` with the fix when the database is not migrated."""

@@ -106,6 +106,7 @@ class RunStore(StoreBase):
         counts: dict[str, Any],
         error: str | None = None,
     ) -> None:
+        """Record a run's end: its status, counts, error and duration."""
         with self.engine.begin() as conn:
             started = conn.execute(
                 select(t.runs.c.started).where(t.runs.c.id == run_id)
@@ -123,6 +124,7 @@ class RunStore(StoreBase):
             )
 
     def last_runs(self, limit: int = 10, kind: str | None = None) -> list[RunRecord]:
+        """The most recent runs (of ``kind`` when given), newest first."""
         with self.engine.connect() as conn:
             q = select(t.runs)
             if kind is not None:

@@ -16,6 +16,7 @@ class SourceStore(StoreBase):
     """Each source's fetch state (ETag, Last-Modified, failures)."""
 
     def source_state(self, source: str) -> SourceState:
+        """A source's fetch state; a blank one for a source never fetched."""
         with self.engine.connect() as conn:
             r = conn.execute(
                 select(t.source_state).where(t.source_state.c.source == source)
@@ -34,6 +35,7 @@ class SourceStore(StoreBase):
         )
 
     def all_source_states(self) -> list[SourceState]:
+        """The fetch state of every source that has one, by source name."""
         with self.engine.connect() as conn:
             names = [
                 r[0]
@@ -44,6 +46,7 @@ class SourceStore(StoreBase):
         return [self.source_state(n) for n in names]
 
     def save_source_state(self, state: SourceState) -> None:
+        """Store a source's fetch state, replacing the one it had."""
         values = {
             "etag": state.etag,
             "last_modified": state.last_modified,

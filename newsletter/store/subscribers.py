@@ -143,6 +143,7 @@ class SubscriberStore(StoreBase):
         return sub, created
 
     def set_topics(self, subscriber_id: int, topics: Sequence[str]) -> None:
+        """Replace a subscriber's topics with ``topics`` (repeats dropped)."""
         with self.engine.begin() as conn:
             conn.execute(
                 delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
@@ -154,6 +155,7 @@ class SubscriberStore(StoreBase):
                 )
 
     def set_status(self, email: str, status: SubscriberStatus, now: datetime) -> bool:
+        """Set the status of the subscriber with exactly this address; False if there is none."""
         with self.engine.begin() as conn:
             res = conn.execute(
                 update(t.subscribers)
@@ -347,6 +349,7 @@ class SubscriberStore(StoreBase):
         return len(ids)
 
     def get_subscriber(self, email: str) -> Subscriber | None:
+        """The subscriber with exactly this address, with their topics, or ``None``."""
         with self.engine.connect() as conn:
             row = conn.execute(select(t.subscribers).where(t.subscribers.c.email == email)).first()
             if row is None:
@@ -354,6 +357,7 @@ class SubscriberStore(StoreBase):
             return _subscriber(row, self._topics_for(conn, [row.id]).get(row.id, ()))
 
     def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None:
+        """The subscriber with this id, with their topics, or ``None``."""
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(t.subscribers).where(t.subscribers.c.id == subscriber_id)
@@ -405,6 +409,7 @@ class SubscriberStore(StoreBase):
             last = rows[-1].id
 
     def count_subscribers(self, status: SubscriberStatus | None = None) -> int:
+        """How many subscribers there are (only ``status`` when given)."""
         with self.engine.connect() as conn:
             q = select(func.count()).select_from(t.subscribers)
             if status is not None:

@@ -33,6 +33,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """An aware datetime as naive UTC for the database; refuses a naive one."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -40,6 +41,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC).replace(tzinfo=None)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        """A datetime read from the database, as an aware UTC datetime."""
         if value is None:
             return None
         if isinstance(value, str):  # defensive: raw SQLite text
