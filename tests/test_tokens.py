@@ -34,3 +34,34 @@ def test_links_mailed_with_compressed_payloads_still_work() -> None:
     old = URLSafeTimedSerializer("secret", salt="newsletter.unsubscribe").dumps(payload)
     assert old.startswith(".")  # the compressed form
     assert Tokens("secret").read(Purpose.UNSUBSCRIBE, old) == payload
+
+
+@pytest.mark.parametrize("email", ["ada@example.org", "zoë@bücher.example"])
+@pytest.mark.parametrize("purpose", [Purpose.UNSUBSCRIBE, Purpose.MANAGE, Purpose.VIEW])
+def test_a_family_makes_whole_tokens_that_read_back_like_made_ones(
+    purpose: Purpose, email: str
+) -> None:
+    """The digest's three links come from :meth:`TokenFamily.make` (prepared HMAC states):
+    each reads back exactly as a :meth:`Tokens.make` token does, and only for its purpose."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime(2026, 11, 18, 7, 0, tzinfo=UTC)
+    tokens = Tokens("family-secret-0123456789abcdef", now=lambda: now)
+    fields = {"s": 42, "e": email, "d": "2026-11-18"}
+    token = tokens.family(purpose).make(fields)
+    assert tokens.read(purpose, token) == fields
+    assert tokens.read_signed(purpose, token)[1] == now
+    same = tokens.make(purpose, fields)
+    assert tokens.read(purpose, same) == tokens.read(purpose, token)
+    other = Purpose.MANAGE if purpose is not Purpose.MANAGE else Purpose.UNSUBSCRIBE
+    with pytest.raises(TokenError):
+        tokens.read(other, token)
+    payload, stamp, sig = token.split(".")
+    with pytest.raises(TokenError):
+        tokens.read(purpose, f"{payload}.{stamp}.{sig[:-2]}AA")
+    with pytest.raises(TokenError):
+        Tokens("another-secret-0123456789abcdef").read(purpose, token)
+    later = Tokens("family-secret-0123456789abcdef", now=lambda: now + timedelta(days=400))
+    with pytest.raises(TokenError) as e:
+        later.read(purpose, token)
+    assert e.value.expired
