@@ -1,0 +1,103 @@
+"""One edition for a million subscribers, import included: the run issue 18 asks for once.
+
+``python -m bench.bench_million [--subscribers 1000000]`` (manual only: not in ``make bench``
+nor ``make test``; about half an hour on 2 cores). On a fresh SQLite database, through the real
+command lines, as an operator would:
+
+1. the day's papers (2,000, as :mod:`bench.bench_scale`) stored;
+2. ``newsletter subscribers import FILE`` of a CSV with the subscribers (1-3 of 40 topics);
+3. ``newsletter send --now`` into :mod:`bench.smtp_counter` in its own process.
+
+Each command is measured from the kernel's accounting when it exits (``os.wait4``: wall, user +
+system CPU, peak RSS). Prints a Markdown section; nothing is written to docs by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+import yaml
+
+from bench.bench_scale import TOPICS, Sink, _usage, config_data, newsletter, populate, topics
+from newsletter.store import Store
+
+
+def write_csv(path: Path, n: int, rng: random.Random) -> None:
+    """``n`` active subscribers, each following 1-3 topics weighted like bench_scale's."""
+    weights = [1.0 / (r + 1) ** 0.7 for r in range(TOPICS)]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["email", "name", "status", "topics"])
+        for i in range(n):
+            picked = sorted(set(rng.choices(range(TOPICS), weights=weights, k=rng.randint(1, 3))))
+            w.writerow(
+                [
+                    f"reader{i:07d}@example.org",
+                    f"Reader {i}",
+                    "active",
+                    ";".join(f"t{k:02d}" for k in picked),
+                ]
+            )
+
+
+def timed(config: Path, log: Path, *args: str) -> tuple[float, float, float]:
+    """Run ``newsletter ARGS``; (wall s, CPU s, peak RSS MB), or an error with its log's end."""
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        proc = newsletter(config, *args, stdout=out, stderr=subprocess.STDOUT)
+        usage = _usage(args[0], proc)
+    wall = time.perf_counter() - started
+    if proc.returncode not in (0,):
+        raise RuntimeError(f"newsletter {' '.join(args)} failed: {log.read_text()[-2000:]}")
+    return wall, usage.cpu, usage.peak_rss_mb
+
+
+def main(subscribers: int) -> str:
+    """Import and send one edition for ``subscribers`` on SQLite; the Markdown section."""
+    rng = random.Random(1_000_000)
+    with TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        db = tmp / "million.db"
+        store = Store(f"sqlite:///{db}")
+        store.upgrade()
+        populate(store, 0, rng)  # the papers only: the subscribers come through the import
+        store.close()
+        sink = Sink()
+        config = tmp / "million.yaml"
+        config.write_text(yaml.safe_dump(config_data(f"sqlite:///{db}", sink.port, topics(rng))))
+        rows = tmp / "subscribers.csv"
+        write_csv(rows, subscribers, rng)
+        print(f"  import {subscribers:,}", file=sys.stderr, flush=True)
+        imp = timed(config, tmp / "import.log", "subscribers", "import", str(rows))
+        print(f"  send {subscribers:,}", file=sys.stderr, flush=True)
+        snd = timed(config, tmp / "send.log", "send", "--now")
+        delivered = sink.stop()
+    total = imp[0] + snd[0]
+    return "\n".join(
+        [
+            f"### {subscribers:,} subscribers on SQLite, import included (`python -m bench.bench_million`)",
+            "",
+            "| step | wall | rate | CPU | peak RSS |",
+            "|---|---:|---:|---:|---:|",
+            f"| `subscribers import` of {subscribers:,} CSV rows | {imp[0]:.0f} s | "
+            f"{subscribers / imp[0]:,.0f} rows/s | {imp[1]:.0f} s | {imp[2]:.0f} MB |",
+            f"| `send --now` ({delivered:,} delivered to the sink) | {snd[0]:.0f} s | "
+            f"{delivered / snd[0]:,.0f} digests/s | {snd[1]:.0f} s | {snd[2]:.0f} MB |",
+            f"| **both** | **{total / 60:.1f} min** | | | **{max(imp[2], snd[2]):.0f} MB** |",
+            "",
+            "Aim (issue 18): at most 30 minutes and 250 MB on one 2-core machine.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subscribers", type=int, default=1_000_000)
+    print(main(parser.parse_args().subscribers))
