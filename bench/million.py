@@ -1,7 +1,7 @@
 """One edition for a million subscribers, import included: the run issue 18 asks for once.
 
-``python -m bench.million [--subscribers 1000000]`` (manual only: not named ``bench_*``, so not in ``make bench``
-nor ``make test``; about half an hour on 2 cores). On a fresh SQLite database, through the real
+``python -m bench.million [--subscribers 1000000]``: manual only (not named ``bench_*``, so
+neither ``make bench`` nor ``make test`` runs it; about half an hour on 2 cores). On a fresh SQLite database, through the real
 command lines, as an operator would:
 
 1. the day's papers (2,000, as :mod:`bench.bench_scale`) stored;
@@ -82,7 +82,8 @@ def main(subscribers: int) -> str:
     total = imp[0] + snd[0]
     return "\n".join(
         [
-            f"### {subscribers:,} subscribers on SQLite, import included (`python -m bench.million`)",
+            f"### {subscribers:,} subscribers on SQLite, import included "
+            "(`python -m bench.million`)",
             "",
             "| step | wall | rate | CPU | peak RSS |",
             "|---|---:|---:|---:|---:|",
