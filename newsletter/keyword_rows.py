@@ -11,22 +11,99 @@ compares them on random rules).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, overload
+from typing import Protocol, overload
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from newsletter.rank import Group, Queries, Rule, Vocabulary
+import scipy.sparse as sp
 
 IntArray = npt.NDArray[np.int64]
+Group = tuple[str, ...]
+
+
+class KeywordRule(Protocol):
+    """What is read of a rule here (``rank.Rule`` is one); this module imports nothing of
+    :mod:`newsletter.rank`, which builds on it."""
+
+    @property
+    def keywords(self) -> Sequence[Group]:
+        """The keyword entries, each an alias set."""
+        ...
+
+    @property
+    def exclude(self) -> Sequence[Group]:
+        """The exclusion entries, each an alias set."""
+        ...
+
+    @property
+    def categories(self) -> Sequence[str]:
+        """The arXiv categories the rule matches."""
+        ...
+
+    @property
+    def authors(self) -> Sequence[str]:
+        """The authors the rule matches."""
+        ...
+
+    @property
+    def min_score(self) -> float:
+        """The rule's own minimum score."""
+        ...
+
+
+class Numbering(Protocol):
+    """What is used of the vocabulary (``rank.Vocabulary`` is one): ids given on first sight."""
+
+    @property
+    def groups(self) -> dict[tuple[int, ...], int]:
+        """Every group numbered so far."""
+        ...
+
+    @property
+    def categories(self) -> dict[str, int]:
+        """Every category numbered so far."""
+        ...
+
+    @property
+    def authors(self) -> dict[str, int]:
+        """Every author numbered so far."""
+        ...
+
+    def group(self, aliases: Group) -> int:
+        """The id of an alias set (numbered on first sight)."""
+        ...
+
+    def category(self, name: str) -> int:
+        """The column of an arXiv category (numbered on first sight)."""
+        ...
+
+    def author(self, name: str) -> int:
+        """The column of an author (numbered on first sight)."""
+        ...
+
+
+def csr_rows(
+    cols: Sequence[int] | IntArray, lengths: Sequence[int] | IntArray, n_cols: int
+) -> sp.csr_matrix:
+    """A 0/1 matrix whose row ``i`` has ones at its ``lengths[i]`` columns, taken in turn from
+    ``cols`` (repeats count once)."""
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    m = sp.csr_matrix(
+        (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), indptr),
+        shape=(len(lengths), n_cols),
+    )
+    m.sum_duplicates()
+    m.data[:] = 1.0
+    return m
 
 
 class GroupIds(dict[tuple[str, ...], int]):
     """Alias set → group id, numbered by the vocabulary on first sight."""
 
-    def __init__(self, vocab: Vocabulary) -> None:
+    def __init__(self, vocab: Numbering) -> None:
         super().__init__()
         self.vocab = vocab
 
@@ -60,11 +137,25 @@ class RowGroups(Sequence[tuple[int, ...]]):
         return tuple(self._flat[lo:hi].tolist())
 
 
-def compile_keywords(rules: Sequence[Rule], v: Vocabulary) -> Queries:
-    """:func:`~newsletter.rank.compile_rules` for rules without ``all`` entries, with no acronym variants: the
-    same matrices and the same numbering, built a column list at a time (not rule by rule)."""
-    from newsletter import rank  # at call time: rank imports this module
+@dataclass(frozen=True)
+class KeywordMatrices:
+    """The matrices of ``rank.Queries`` for keyword-only rules (``rank`` wraps them)."""
 
+    scoring: sp.csr_matrix
+    required: sp.csr_matrix
+    n_required: IntArray
+    exclude: sp.csr_matrix
+    categories: sp.csr_matrix
+    authors: sp.csr_matrix
+    min_score: npt.NDArray[np.float64]
+    category_only: npt.NDArray[np.bool_]
+    row_groups: RowGroups
+
+
+def compile_keywords(rules: Sequence[KeywordRule], v: Numbering) -> KeywordMatrices:
+    """:func:`~newsletter.rank.compile_rules` for rules without ``all`` entries, with no
+    acronym variants: the same matrices and the same numbering, built a column list at a time
+    (not rule by rule)."""
     n = len(rules)
     kw_lengths = np.fromiter(map(len, (r.keywords for r in rules)), dtype=np.int64, count=n)
     ex_lengths = np.fromiter(map(len, (r.exclude for r in rules)), dtype=np.int64, count=n)
@@ -85,18 +176,17 @@ def compile_keywords(rules: Sequence[Rule], v: Vocabulary) -> Queries:
     categories = [r.categories for r in rules]
     authors = [r.authors for r in rules]
     g_n = len(v.groups)
-    return rank.Queries(
-        vocab=v,
-        scoring=rank._csr_rows(keywords.copy(), kw_lengths, g_n),  # (sorted in place there)
-        required=rank._csr_rows([], [0] * n, g_n),
+    return KeywordMatrices(
+        scoring=csr_rows(keywords.copy(), kw_lengths, g_n),  # (sorted in place there)
+        required=csr_rows([], [0] * n, g_n),
         n_required=np.zeros(n, dtype=np.int64),
-        exclude=rank._csr_rows(ids[is_exclusion], ex_lengths, g_n),
-        categories=rank._csr_rows(
+        exclude=csr_rows(ids[is_exclusion], ex_lengths, g_n),
+        categories=csr_rows(
             list(map(v.category, chain.from_iterable(categories))),
             list(map(len, categories)),
             len(v.categories),
         ),
-        authors=rank._csr_rows(
+        authors=csr_rows(
             list(map(v.author, chain.from_iterable(authors))),
             list(map(len, authors)),
             len(v.authors),

@@ -57,8 +57,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from newsletter import keyword_rows  # (it imports this module when called, not when loaded)
 from newsletter.config import TopicSettings
+from newsletter.keyword_rows import compile_keywords, csr_rows
 from newsletter.models import DigestItem, Paper, TopicSection
 from newsletter.profiles import MAX_VOTES, ProfileRows, ProfileSpace, Vote
 from newsletter.text import _TOKEN as _WORD_RE
@@ -335,27 +335,23 @@ class Queries:
         return int(self.scoring.shape[0])
 
 
-def _csr_rows(
-    cols: Sequence[int] | IntArray, lengths: Sequence[int] | IntArray, n_cols: int
-) -> sp.csr_matrix:
-    """A 0/1 matrix whose row ``i`` has ones at its ``lengths[i]`` columns, taken in turn from
-    ``cols`` (repeats count once)."""
-    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    m = sp.csr_matrix(
-        (np.ones(len(cols)), np.asarray(cols, dtype=np.int64), indptr),
-        shape=(len(lengths), n_cols),
-    )
-    m.sum_duplicates()
-    m.data[:] = 1.0
-    return m
-
-
 def compile_rules(rules: Sequence[Rule], vocab: Vocabulary | None = None) -> Queries:
     """Turn rules into sparse row matrices; terms, categories and authors go into ``vocab``."""
     v = vocab or Vocabulary()
     if not (v.acronyms.forward or v.acronyms.backward) and not any(r.required for r in rules):
-        return keyword_rows.compile_keywords(rules, v)
+        m = compile_keywords(rules, v)
+        return Queries(
+            vocab=v,
+            scoring=m.scoring,
+            required=m.required,
+            n_required=m.n_required,
+            exclude=m.exclude,
+            categories=m.categories,
+            authors=m.authors,
+            min_score=m.min_score,
+            category_only=m.category_only,
+            row_groups=m.row_groups,
+        )
     return _compile_each(rules, v)
 
 
@@ -422,15 +418,15 @@ def _compile_each(rules: Sequence[Rule], v: Vocabulary) -> Queries:
             ac.extend(v.author(a) for a in rule.authors)
         al.append(len(rule.authors))
     g_n = len(v.groups)
-    required = _csr_rows(rc, rl, g_n)
+    required = csr_rows(rc, rl, g_n)
     return Queries(
         vocab=v,
-        scoring=_csr_rows(sc, sl, g_n),
+        scoring=csr_rows(sc, sl, g_n),
         required=required,
         n_required=np.diff(required.indptr).astype(np.int64),
-        exclude=_csr_rows(ec, el, g_n),
-        categories=_csr_rows(cc, cl, len(v.categories)),
-        authors=_csr_rows(ac, al, len(v.authors)),
+        exclude=csr_rows(ec, el, g_n),
+        categories=csr_rows(cc, cl, len(v.categories)),
+        authors=csr_rows(ac, al, len(v.authors)),
         min_score=np.array([r.min_score for r in rules], dtype=np.float64).reshape(n),
         category_only=np.array(
             [not r.keywords and not r.required and bool(r.categories) for r in rules], dtype=bool

@@ -1,8 +1,7 @@
 """The package's layout holds: no import cycles, and each send stage has its own module.
 
-Import cycles are found on the module-level imports (those that run when a module is loaded);
-imports inside functions and under ``TYPE_CHECKING`` are left out, as Python does not run them
-at load time.
+Import cycles are found on every import, those inside functions and under ``TYPE_CHECKING``
+too: a module imported "at call time" to dodge a cycle is still a layer pointing up.
 """
 
 from __future__ import annotations
@@ -20,20 +19,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _load_time_imports(path: Path, modules: set[str]) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Every package module ``path`` imports: at load time, inside functions, or for types."""
     found: set[str] = set()
-    for node in tree.body:  # module level only
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
             continue
-        for sub in [node] if not isinstance(node, ast.Try) else node.body:
-            if isinstance(sub, ast.Import):
-                names = [a.name for a in sub.names]
-            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
-                names = [sub.module] + [f"{sub.module}.{a.name}" for a in sub.names]
-            else:
-                continue
-            found.update(n for n in names if n in modules)
+        found.update(n for n in names if n in modules)
     return found
 
 
@@ -42,7 +38,7 @@ def _graph() -> dict[str, set[str]]:
     modules = set(paths)
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
-        deps = _load_time_imports(path, modules)
+        deps = _imports(path, modules)
         # importing a.b.c loads a and a.b first
         for dep in list(deps):
             parts = dep.split(".")
