@@ -40,9 +40,9 @@ class Services:
     """Randomness that is not security: retry jitter (seed it for a reproducible run)."""
 
     @classmethod
-    def open(cls, config: Config, **kw: object) -> Services:
-        """Services over a new :class:`Store` for ``config``'s database."""
-        return cls(config, Store(config.database_url), **kw)  # type: ignore[arg-type]
+    def open(cls, config: Config) -> Services:
+        """Services over a new :class:`Store` for ``config``'s database (a worker process's)."""
+        return cls(config, Store(config.database_url))
 
     @property
     def mailer_factory(self) -> MailerFactory:
