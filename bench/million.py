@@ -1,15 +1,18 @@
 """One edition for a million subscribers, import included: the run issue 18 asks for once.
 
-``python -m bench.million [--subscribers 1000000]``: manual only (not named ``bench_*``, so
-neither ``make bench`` nor ``make test`` runs it; about half an hour on 2 cores). On a fresh SQLite database, through the real
-command lines, as an operator would:
+``python -m bench.million [--subscribers 1000000] [--backend sqlite|postgresql]``: manual only
+(not named ``bench_*``, so neither ``make bench`` nor ``make test`` runs it; about half an hour
+on 2 cores). On a fresh database (a SQLite file, or a new database on the PostgreSQL server of
+``NEWSLETTER_BENCH_PG``, dropped afterwards), through the real command lines, as an operator
+would:
 
 1. the day's papers (2,000, as :mod:`bench.bench_scale`) stored;
 2. ``newsletter subscribers import FILE`` of a CSV with the subscribers (1-3 of 40 topics);
 3. ``newsletter send --now`` into :mod:`bench.smtp_counter` in its own process.
 
 Each command is measured from the kernel's accounting when it exits (``os.wait4``: wall, user +
-system CPU, peak RSS). Prints a Markdown section; nothing is written to docs by itself.
+system CPU, peak RSS); on PostgreSQL the server's backends' CPU is read from ``/proc`` as
+:mod:`bench.bench_send` does. Prints a Markdown section; nothing is written to docs by itself.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tempfile import TemporaryDirectory
 import yaml
 
 from bench.bench_scale import TOPICS, Sink, _usage, config_data, newsletter, populate, topics
+from bench.bench_send import Database, ServerCpu
 from newsletter.store import Store
 
 
@@ -59,38 +63,50 @@ def timed(config: Path, log: Path, *args: str) -> tuple[float, float, float]:
     return wall, usage.cpu, usage.peak_rss_mb
 
 
-def main(subscribers: int) -> str:
-    """Import and send one edition for ``subscribers`` on SQLite; the Markdown section."""
+def main(subscribers: int, backend: str = "sqlite") -> str:
+    """Import and send one edition for ``subscribers`` on ``backend``; the Markdown section."""
     rng = random.Random(1_000_000)
     with TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        db = tmp / "million.db"
-        store = Store(f"sqlite:///{db}")
-        store.upgrade()
-        populate(store, 0, rng)  # the papers only: the subscribers come through the import
-        store.close()
-        sink = Sink()
-        config = tmp / "million.yaml"
-        config.write_text(yaml.safe_dump(config_data(f"sqlite:///{db}", sink.port, topics(rng))))
-        rows = tmp / "subscribers.csv"
-        write_csv(rows, subscribers, rng)
-        print(f"  import {subscribers:,}", file=sys.stderr, flush=True)
-        imp = timed(config, tmp / "import.log", "subscribers", "import", str(rows))
-        print(f"  send {subscribers:,}", file=sys.stderr, flush=True)
-        snd = timed(config, tmp / "send.log", "send", "--now")
-        delivered = sink.stop()
+        db = Database.create(backend, tmp)
+        try:
+            store = Store(db.url)
+            store.upgrade()
+            populate(store, 0, rng)  # the papers only: the subscribers come through the import
+            store.close()
+            sink = Sink()
+            config = tmp / "million.yaml"
+            config.write_text(yaml.safe_dump(config_data(db.url, sink.port, topics(rng))))
+            rows = tmp / "subscribers.csv"
+            write_csv(rows, subscribers, rng)
+            print(f"  {backend}: import {subscribers:,}", file=sys.stderr, flush=True)
+            server = ServerCpu(db.name) if backend == "postgresql" else None
+            imp = timed(config, tmp / "import.log", "subscribers", "import", str(rows))
+            imp_server = server.stop()["backends"] if server is not None else None
+            print(f"  {backend}: send {subscribers:,}", file=sys.stderr, flush=True)
+            server = ServerCpu(db.name) if backend == "postgresql" else None
+            snd = timed(config, tmp / "send.log", "send", "--now")
+            snd_server = server.stop()["backends"] if server is not None else None
+            delivered = sink.stop()
+        finally:
+            db.drop()
     total = imp[0] + snd[0]
+    name = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[backend]
+
+    def cpu(own: float, server: float | None) -> str:
+        return f"{own:.0f} s" + (f" + {server:.0f} s server" if server is not None else "")
+
     return "\n".join(
         [
-            f"### {subscribers:,} subscribers on SQLite, import included "
-            "(`python -m bench.million`)",
+            f"### {subscribers:,} subscribers on {name}, import included "
+            f"(`python -m bench.million --backend {backend}`)",
             "",
             "| step | wall | rate | CPU | peak RSS |",
             "|---|---:|---:|---:|---:|",
             f"| `subscribers import` of {subscribers:,} CSV rows | {imp[0]:.0f} s | "
-            f"{subscribers / imp[0]:,.0f} rows/s | {imp[1]:.0f} s | {imp[2]:.0f} MB |",
+            f"{subscribers / imp[0]:,.0f} rows/s | {cpu(imp[1], imp_server)} | {imp[2]:.0f} MB |",
             f"| `send --now` ({delivered:,} delivered to the sink) | {snd[0]:.0f} s | "
-            f"{delivered / snd[0]:,.0f} digests/s | {snd[1]:.0f} s | {snd[2]:.0f} MB |",
+            f"{delivered / snd[0]:,.0f} digests/s | {cpu(snd[1], snd_server)} | {snd[2]:.0f} MB |",
             f"| **both** | **{total / 60:.1f} min** | | | **{max(imp[2], snd[2]):.0f} MB** |",
             "",
             "Aim (issue 18): at most 30 minutes and 250 MB on one 2-core machine.",
@@ -101,4 +117,6 @@ def main(subscribers: int) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscribers", type=int, default=1_000_000)
-    print(main(parser.parse_args().subscribers))
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    args = parser.parse_args()
+    print(main(args.subscribers, args.backend))

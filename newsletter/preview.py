@@ -46,7 +46,7 @@ class RankPreview:
     papers: int
     """Papers first seen here within ``digest.lookback_days``: the ones ranked."""
     already_sent: int
-    """Papers already sent to the subscriber (never sent again)."""
+    """Of those papers, the ones already sent to the subscriber (never sent again)."""
     votes: int
     """The subscriber's "more/less like this" votes (they reorder the topics they touch)."""
     missing_topics: tuple[str, ...]
@@ -61,7 +61,9 @@ def rank_preview(
     explanations, with the papers already sent to them left out."""
     settings = config.settings
     papers, ranker = day_ranker(config, store, now)
-    sent = store.sent_paper_ids([subscriber.id])[subscriber.id]
+    first = min((p.id for p in papers), default=0)
+    sent = store.sent_paper_ids([subscriber.id], from_paper=first)[subscriber.id]
+    sent &= {p.id for p in papers}  # already sent among today's papers
     votes = store.votes_of(subscriber.id)
     sections = ranker.sections(
         subscriber.topics,
@@ -106,7 +108,7 @@ def render_preview(
 ) -> RenderPreview:
     """The digest ``subscriber`` would get at ``now`` (their local date's edition), rendered."""
     builder = EditionBuilder(Services(config, store), now)
-    sent = store.sent_paper_ids([subscriber.id])[subscriber.id]
+    sent = store.sent_paper_ids([subscriber.id], from_paper=builder.first_paper_id)[subscriber.id]
     digest = builder.digest(
         subscriber, edition_date_for(subscriber, now), sent, votes=store.votes_of(subscriber.id)
     )

@@ -148,3 +148,73 @@ def test_a_first_edition_on_a_fresh_database_reads_no_table_whole_per_statement(
         sent_rows = conn.execute(text(f'SELECT count(*) FROM "{schema}".sent_papers')).scalar_one()
     engine.dispose()
     assert sent_rows > SUBSCRIBERS  # the send placed papers: sent_papers was written and read
+
+
+def _tuples_read(schema: str, index: str) -> int:
+    """Index entries ``index`` has returned, once the counters settle."""
+    engine = create_engine(PG_URL)
+    try:
+        last = -1
+        for _ in range(50):  # backends report their counters when they go idle or exit
+            with engine.connect() as conn:
+                now = int(
+                    conn.execute(
+                        text(
+                            "SELECT idx_tup_read FROM pg_stat_user_indexes "
+                            "WHERE schemaname = :s AND indexrelname = :i"
+                        ),
+                        {"s": schema, "i": index},
+                    ).scalar_one()
+                )
+            if now == last:
+                return now
+            last = now
+            time.sleep(0.2)
+        return last
+    finally:
+        engine.dispose()
+
+
+def test_a_send_reads_back_only_the_tail_of_a_readers_history(
+    fresh_schema: tuple[str, str],
+) -> None:
+    """A year of digests is thousands of sent papers per reader; a send asks only for those
+    from the day's first candidate on, and the primary key reads just those."""
+    from newsletter.ingest import decide
+    from newsletter.models import EditionStatus, PaperData
+
+    schema, url = fresh_schema
+    store = Store(url)
+    try:
+        store.upgrade()
+        batch = [PaperData(key=f"2610.{i:05d}", title=f"Old {i}") for i in range(400)]
+        old = list(store.write_papers("s", decide(batch, {}), NOW).values())
+        today = list(
+            store.write_papers(
+                "s", decide([PaperData(key="2611.00001", title="New")], {}), NOW
+            ).values()
+        )
+        sub, _ = store.add_subscriber("ada@example.org", topics=["t"], now=NOW)
+        for day in range(20):  # twenty earlier editions of twenty papers each
+            claim = store.claim_edition(
+                sub.id, NOW.date() - timedelta(days=day + 1), f"<{day}@x>", NOW, owner="r"
+            )
+            assert claim is not None
+            papers = old[day * 20 : (day + 1) * 20]
+            store.mark_edition(claim.id, EditionStatus.SENT, NOW, paper_ids=papers)
+        claim = store.claim_edition(sub.id, NOW.date(), "<today@x>", NOW, owner="r")
+        assert claim is not None
+        store.mark_edition(claim.id, EditionStatus.SENT, NOW, paper_ids=today)
+        store.close()
+        before = _tuples_read(schema, "pk_sent_papers")
+        store = Store(url)
+        assert store.sent_paper_ids([sub.id], from_paper=min(today)) == {sub.id: set(today)}
+        store.close()
+        tail = _tuples_read(schema, "pk_sent_papers") - before
+        store = Store(url)
+        assert len(store.sent_paper_ids([sub.id])[sub.id]) == 401
+        store.close()
+        whole = _tuples_read(schema, "pk_sent_papers") - before - tail
+        assert tail <= 2 < 400 <= whole, (tail, whole)
+    finally:
+        store.close()

@@ -76,6 +76,8 @@ class EditionBuilder:
         self.store = store
         self.now = now
         self.papers, self.ranker = day_ranker(config, store, now)
+        self.first_paper_id = min((p.id for p in self.papers), default=0)
+        """The lowest id among the day's papers: only sent papers from it on can repeat today."""
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = services.tokens
         self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)

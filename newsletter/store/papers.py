@@ -298,14 +298,23 @@ class PaperStore(StoreBase):
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(t.papers)).scalar_one())
 
-    def sent_paper_ids(self, subscriber_ids: Sequence[int]) -> dict[int, set[int]]:
-        """For each subscriber, the ids of every paper already placed in a sent digest."""
+    def sent_paper_ids(
+        self, subscriber_ids: Sequence[int], *, from_paper: int = 0
+    ) -> dict[int, set[int]]:
+        """For each subscriber, the ids (``from_paper`` or higher) of the papers already placed
+        in a sent digest.
+
+        A send passes the lowest id among the day's candidate papers: a reader's history grows
+        by a digest a day, and only its tail can hold today's papers. The primary key
+        ``(subscriber_id, paper_id)`` reads just that tail, not every paper ever sent."""
+        sp = t.sent_papers
         out: dict[int, set[int]] = {sid: set() for sid in subscriber_ids}
         with self.engine.connect() as conn:
             _by_key(conn)
             for start in range(0, len(subscriber_ids), 500):
-                q = select(t.sent_papers.c.subscriber_id, t.sent_papers.c.paper_id).where(
-                    t.sent_papers.c.subscriber_id.in_(subscriber_ids[start : start + 500])
+                q = select(sp.c.subscriber_id, sp.c.paper_id).where(
+                    sp.c.subscriber_id.in_(subscriber_ids[start : start + 500]),
+                    sp.c.paper_id >= from_paper,
                 )
                 for sid, pid in conn.execute(q):
                     out[sid].add(pid)

@@ -53,8 +53,11 @@ class PaperReads(Protocol):
         """Papers first seen at or after ``since``, oldest first, with their sources."""
         ...
 
-    def sent_paper_ids(self, subscriber_ids: Sequence[int]) -> dict[int, set[int]]:
-        """For each subscriber, the ids of every paper already placed in a sent digest."""
+    def sent_paper_ids(
+        self, subscriber_ids: Sequence[int], *, from_paper: int = 0
+    ) -> dict[int, set[int]]:
+        """For each subscriber, the ids (``from_paper`` or higher) of the papers already placed
+        in a sent digest."""
         ...
 
     def votes_for(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[Vote, ...]]:
