@@ -2,8 +2,9 @@
 
 Each module ``bench/bench_<name>.py`` defines ``main(quick: bool) -> str`` that runs its
 measurement (fast path and naive baseline in the same run) and returns a Markdown section. The
-section is saved to ``docs/benchmarks/<name>.md``; ``docs/benchmarks.md`` is then rebuilt from the
-machine description and every saved section, so running one benchmark keeps the others' results.
+section is saved to ``docs/benchmarks/<name>.md``, followed by ``bench/history/<name>.md`` when there
+is one (earlier runs and what changed, kept by hand); ``docs/benchmarks.md`` is then rebuilt from
+every saved section, so running one benchmark keeps the others' results.
 
     python -m bench            # all
     python -m bench rank       # only bench_rank.py
@@ -28,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ROOT / "docs" / "benchmarks"
 OUT = ROOT / "docs" / "benchmarks.md"
+HISTORY = Path(__file__).resolve().parent / "history"
 
 
 def machine() -> str:
@@ -53,6 +55,13 @@ def machine() -> str:
 
 def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in Path(__file__).parent.glob("bench_*.py"))
+
+
+def history(name: str) -> str:
+    """Earlier runs of benchmark ``name`` and what changed between them, kept by hand in
+    ``bench/history/<name>.md`` and appended to each new section (a run never erases them)."""
+    path = HISTORY / f"{name}.md"
+    return "\n" + path.read_text().rstrip() + "\n" if path.exists() else ""
 
 
 def rebuild() -> None:
@@ -107,7 +116,7 @@ def main() -> int:
         )
         print(section)
         if not args.quick:
-            (SECTIONS / f"{name}.md").write_text(section)
+            (SECTIONS / f"{name}.md").write_text(section + history(name))
     if not args.quick:
         rebuild()
         print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)

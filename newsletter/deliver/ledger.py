@@ -13,6 +13,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -80,14 +81,27 @@ class LedgerWriter:
     connection" both hold; batching only merges the commits of senders that are waiting at the
     same moment (group commit). On SQLite this also keeps the database to two writers (this
     thread and the claiming one) instead of one per connection.
+
+    ``callers`` is how many senders call (the pool's connections); with ``linger`` > 0 a batch
+    holding a waiting call waits up to ``linger`` seconds for the other senders' calls to join it
+    (as Kafka's ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then
+    carries the begins of about 4 digests instead of about 1.
     """
 
     def __init__(
-        self, store: SendStore, clock: Callable[[], datetime], *, max_batch: int = 64
+        self,
+        store: SendStore,
+        clock: Callable[[], datetime],
+        *,
+        max_batch: int = 64,
+        callers: int = 1,
+        linger: float = 0.0,
     ) -> None:
         self.store = store
         self.clock = clock
         self.max_batch = max_batch
+        self.callers = callers
+        self.linger = linger
         self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
         self.failed: BaseException | None = None
         """The error of a posted write nobody waited for; raised by the next call."""
@@ -149,6 +163,28 @@ class LedgerWriter:
             self._conn = self.store.writer_connection()
         return self._conn
 
+    def _linger(self, batch: list[PendingWrite]) -> bool:
+        """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
+        (while fewer than :attr:`callers` are waiting in it); True when the writer was told to
+        stop meanwhile."""
+        waiting = sum(not p.posted for p in batch)
+        if waiting == 0:
+            return False
+        deadline = time.monotonic() + self.linger
+        while waiting < self.callers and len(batch) < self.max_batch:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                nxt = self._queue.get(timeout=left)
+            except queue.Empty:
+                return False
+            if nxt is None:
+                return True
+            batch.append(nxt)
+            waiting += not nxt.posted
+        return False
+
     def _loop(self) -> None:
         stopping = False
         while not stopping:
@@ -165,6 +201,8 @@ class LedgerWriter:
                     stopping = True
                     break
                 batch.append(nxt)
+            if not stopping and self.linger > 0:
+                stopping = self._linger(batch)
             try:
                 ops, now = [p.op for p in batch], self.clock()
                 fast = self._autocommit()

@@ -187,7 +187,9 @@ class SendPool:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=size)
         hour = store.count_sent_since(clock() - timedelta(hours=1)) if smtp.rate_per_hour else 0
         self.limiter = RateLimiter(smtp.rate_per_second, smtp.rate_per_hour, already_this_hour=hour)
-        self.ledger = LedgerWriter(store, clock)
+        self.ledger = LedgerWriter(
+            store, clock, callers=smtp.pool_size, linger=self.delivery.group_commit_wait
+        )
         self._threads = [
             threading.Thread(target=self._run, name=f"smtp-sender-{i}", daemon=True)
             for i in range(smtp.pool_size)
