@@ -81,7 +81,7 @@ def test_0009_drops_two_keys_and_keeps_every_row(db_url: str) -> None:
         assert len(before) == 4
 
         store.upgrade()
-        assert store.current_revision() == store.head_revision() == "0009"
+        assert store.current_revision() == store.head_revision()
         assert _keys(store) == {("edition_id", "editions", "CASCADE")}
         assert _rows(store) == before
         assert store.sent_paper_ids([ada]) == {ada: set(ids)}

@@ -66,12 +66,15 @@ class LedgerStore(StoreBase):
         statement; as the edition fills it, that grows with the square of its subscribers. This
         connection tells the planner to prefer the indexes. With that, one generic plan serves
         every group commit: its statements are prepared once and not planned again for each
-        batch (every other connection plans each execution, see ``_postgres_session``).
-        """
+        batch (every other connection plans each execution, see ``_postgres_session``). Bitmap
+        scans are off too: with them, a generic plan combined the primary key with the whole
+        ``(edition_date, status)`` index, read once per group commit (a million index entries
+        for a 2,000-digest send, ``tests/test_store_scans.py``)."""
         if self.dialect != "postgresql":
             return None
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         conn.exec_driver_sql("SET enable_seqscan = off")
+        conn.exec_driver_sql("SET enable_bitmapscan = off")
         conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         return conn
 
