@@ -177,6 +177,7 @@ def fetch_step(
     step("fetch done", **counts)
     # arXiv announces on Sunday to Thursday evenings (US Eastern): a fetch after such an
     # announcement that finds nothing new at all means a source is broken, not a quiet day.
+    # When every source failed, the alert below says so: one alert, not two.
     eastern = now.astimezone(ARXIV_TZ)
     announced_today = announces_on(eastern.date()) and eastern.hour >= 20
     if (
@@ -184,12 +185,18 @@ def fetch_step(
         and announced_today
         and report.sources
         and report.new == 0
+        and status != "failed"
         and not only
     ):
         alert(
             config,
             f"fetch after the arXiv announcement found no new papers ({eastern:%A %Y-%m-%d})",
-            "Every source answered, but nothing new was stored.\n\n"
+            (
+                f"{len(failed)} of {len(report.sources)} sources failed, and the others stored "
+                "nothing new.\n\n"
+                if failed
+                else "Every source answered, but nothing new was stored.\n\n"
+            )
             + "\n".join(
                 f"- {s.source}: {s.entries} entries, {s.new} new"
                 + (f", errors: {'; '.join(s.errors)}" if s.errors else "")

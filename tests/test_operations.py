@@ -120,6 +120,34 @@ def test_weekday_fetch_that_finds_nothing_alerts_the_operator(
     assert len(smtp_server.messages_to("ops@papers.example.org")) == 1
 
 
+def test_a_fetch_where_every_source_failed_sends_one_alert_after_the_announcement_too(
+    tmp_path: Path, db_url: str, smtp_server: SmtpServer
+) -> None:
+    """After the weekday announcement, a fetch whose every source failed used to raise both
+    "found no new papers" ("every source answered", which was false) and "every source
+    failed": the second says what happened."""
+    from newsletter.config import load_config
+
+    missing = str(tmp_path / "gone.xml")
+    data = base_config(
+        db_url,
+        smtp_server,
+        sources=[{"name": "gone", "kind": "arxiv_rss", "url": missing}],
+        alerts={"email": "ops@papers.example.org"},
+    )
+    config = load_config(write_config(tmp_path, data))
+    store = Store(config.database_url)
+    store.upgrade()
+    try:
+        monday_night = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)  # Monday 21:00 in New York
+        report = fetch_step(config, store, monday_night)
+        assert [s.source for s in report.failed] == ["gone"]
+        [alert] = smtp_server.messages_to("ops@papers.example.org")
+        assert "every source failed" in str(alert["Subject"])
+    finally:
+        store.close()
+
+
 def test_relay_failure_is_logged_as_one_alert_and_recorded(
     tmp_path: Path, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
