@@ -224,3 +224,38 @@ def test_a_send_reads_back_only_the_tail_of_a_readers_history(
         assert tail <= 2 < 400 <= whole, (tail, whole)
     finally:
         store.close()
+
+
+def test_listing_the_readers_reads_each_once_on_a_fresh_database(
+    fresh_schema: tuple[str, str],
+) -> None:
+    """A send lists the active subscribers 500 at a time. Without statistics PostgreSQL took a
+    bitmap scan for "the next 500", which cannot stop at the limit: every batch read all later
+    subscribers (10 million index entries for 100,000, growing with the square of the list)."""
+    from newsletter.models import SubscriberStatus
+
+    schema, url = fresh_schema
+    n = 20_000
+    store = Store(url)
+    try:
+        store.upgrade()
+        with store.engine.begin() as conn:  # a bulk import: rows, and no statistics yet
+            conn.execute(
+                text(
+                    "INSERT INTO subscribers (email, name, status, timezone, created, "
+                    "status_changed, frequency, permanent_failures) SELECT "
+                    "'reader' || g || '@example.org', '', 'active', 'UTC', now(), now(), "
+                    "'daily', 0 FROM generate_series(1, :n) AS g"
+                ),
+                {"n": n},
+            )
+        store.close()
+        before = _tuples_read(schema, "ix_subscribers_status_id")
+        store = Store(url)
+        listed = sum(len(b) for b in store.iter_subscribers(SubscriberStatus.ACTIVE, batch=500))
+        store.close()
+        read = _tuples_read(schema, "ix_subscribers_status_id") - before
+        assert listed == n
+        assert read <= n + n // 500 + 10, read
+    finally:
+        store.close()

@@ -394,6 +394,9 @@ class SubscriberStore(StoreBase):
         last = 0
         while True:
             with self.engine.connect() as conn:
+                _by_key(
+                    conn
+                )  # the next ``batch`` rows of the (status, id) index, not all later ones
                 q = select(t.subscribers).where(t.subscribers.c.id > last)
                 if status is not None:
                     q = q.where(t.subscribers.c.status == status.value)
