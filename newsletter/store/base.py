@@ -195,9 +195,11 @@ def _by_key(conn: Connection) -> None:
     are off too: estimating a dozen rows, PostgreSQL listed "the next 500 active subscribers"
     with a bitmap scan, which cannot stop at the limit (it read every later one, then sorted).
     """
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
-        conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+    if conn.dialect.name == "postgresql":  # both as SET LOCAL, in one round trip
+        conn.exec_driver_sql(
+            "SELECT set_config('enable_seqscan', 'off', true), "
+            "set_config('enable_bitmapscan', 'off', true)"
+        )
 
 
 def _postgres_session(dbapi_conn: Any, _record: Any) -> None:
