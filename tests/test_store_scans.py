@@ -259,3 +259,45 @@ def test_listing_the_readers_reads_each_once_on_a_fresh_database(
         assert read <= n + n // 500 + 10, read
     finally:
         store.close()
+
+
+def test_a_workers_chunks_read_only_their_own_readers_on_a_fresh_database(
+    fresh_schema: tuple[str, str],
+) -> None:
+    """A worker lists its chunk's readers by id (and again when it checks what is unsettled).
+    As "the next ones after ``last`` among these ids", PostgreSQL walked the ``(status, id)``
+    index from ``last`` to the chunk's end; given the status, it read every active subscriber
+    per batch. Either way a worker-mode send grew with the square of its list: 20 million rows
+    for 100,000 subscribers, 200 per digest. Here 20 chunks of 1,000 read about 20,000."""
+    from newsletter.models import SubscriberStatus
+
+    schema, url = fresh_schema
+    n, chunk = 20_000, 1000
+    store = Store(url)
+    try:
+        store.upgrade()
+        with store.engine.begin() as conn:  # a bulk import: rows, and no statistics yet
+            conn.execute(
+                text(
+                    "INSERT INTO subscribers (email, name, status, timezone, created, "
+                    "status_changed, frequency, permanent_failures) SELECT "
+                    "'reader' || g || '@example.org', '', "
+                    "CASE WHEN g % 10 = 0 THEN 'unsubscribed' ELSE 'active' END, 'UTC', now(), "
+                    "now(), 'daily', 0 FROM generate_series(1, :n) AS g"
+                ),
+                {"n": n},
+            )
+        store.close()
+        before = sum(v for k, v in _index_tuples(schema).items() if "subscribers" in k)
+        store = Store(url)
+        listed: list[int] = []
+        for start in range(1, n + 1, chunk):
+            ids = list(range(start + chunk - 1, start - 1, -1))  # any order, as a chunk may be
+            for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, ids=ids):
+                listed += [s.id for s in batch]
+        store.close()
+        read = sum(v for k, v in _index_tuples(schema).items() if "subscribers" in k) - before
+        assert listed == [i for i in range(1, n + 1) if i % 10]  # in id order, active only
+        assert read <= n + n // 100, read
+    finally:
+        store.close()
