@@ -186,9 +186,9 @@ def populate(store: Store, n: int, rng: random.Random) -> None:
 def reset_ledger(store: Store) -> None:
     with store.engine.begin() as conn:
         if store.dialect == "postgresql":  # leaves no dead rows behind for the next run
-            conn.execute(text("TRUNCATE sent_papers, editions, runs"))
+            conn.execute(text("TRUNCATE editions, runs"))
             return
-        for table in (t.sent_papers, t.editions, t.runs):
+        for table in (t.editions, t.runs):
             conn.execute(delete(table))
 
 

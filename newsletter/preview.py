@@ -11,7 +11,7 @@ from datetime import datetime
 
 from newsletter.config import Config
 from newsletter.edition import EditionBuilder, edition_date_for
-from newsletter.edition.build import day_ranker
+from newsletter.edition.build import day_ranker, history_since
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
@@ -61,8 +61,7 @@ def rank_preview(
     explanations, with the papers already sent to them left out."""
     settings = config.settings
     papers, ranker = day_ranker(config, store, now)
-    first = min((p.id for p in papers), default=0)
-    sent = store.sent_paper_ids([subscriber.id], from_paper=first)[subscriber.id]
+    sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
     votes = store.votes_of(subscriber.id)
     sections = ranker.sections(
@@ -108,7 +107,7 @@ def render_preview(
 ) -> RenderPreview:
     """The digest ``subscriber`` would get at ``now`` (their local date's edition), rendered."""
     builder = EditionBuilder(Services(config, store), now)
-    sent = store.sent_paper_ids([subscriber.id], from_paper=builder.first_paper_id)[subscriber.id]
+    sent = store.sent_paper_ids([subscriber.id], since=builder.history_since)[subscriber.id]
     digest = builder.digest(
         subscriber, edition_date_for(subscriber, now), sent, votes=store.votes_of(subscriber.id)
     )

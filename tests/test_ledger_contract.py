@@ -5,7 +5,7 @@ SQLAlchemy statements (``begin_send``, ``mark_edition``, ``release_edition``…)
 (``apply_ledger``, whose usual ops go straight to the driver: sqlite3 on SQLite, one psycopg
 statement on PostgreSQL) and PostgreSQL's autocommit ``apply_ledger_at_once``. Each variant
 starts from the same row (a subscriber of its own) and must leave the same row: same status,
-attempts, owner, times, error, item count and ``sent_papers``. A last test runs one script of
+attempts, owner, times, error, item count and the papers it carried. A last test runs one script of
 transitions on both databases and compares what they hold.
 
 PostgreSQL runs against 127.0.0.1:5432 (tests/conftest.py); those cases skip only when the
@@ -31,6 +31,7 @@ from newsletter.models import (
 )
 from newsletter.store import Store
 from newsletter.store import tables as t
+from newsletter.store.tables import parse_paper_list
 from tests.conftest import NOW
 
 DAY = date(2026, 11, 17)
@@ -89,10 +90,13 @@ class Ledger:
         with self.store.engine.connect() as conn:
             e = conn.execute(select(t.editions).where(t.editions.c.id == edition_id)).first()
             papers = sorted(
-                r.paper_id
-                for r in conn.execute(
-                    select(t.sent_papers).where(t.sent_papers.c.subscriber_id == subscriber_id)
+                pid
+                for (ids,) in conn.execute(
+                    select(t.editions.c.paper_ids).where(
+                        t.editions.c.subscriber_id == subscriber_id
+                    )
                 )
+                for pid in parse_paper_list(ids)
             )
             s = conn.execute(
                 select(t.subscribers.c.status, t.subscribers.c.permanent_failures).where(
@@ -188,6 +192,7 @@ def test_claims_insert_new_rows_in_the_order_given(ledger: Ledger) -> None:
             "item_count": 0,
             "last_error": None,
             "forced": False,
+            "paper_ids": None,
         }
     # claimed already: nobody else gets them while the lease runs
     assert store.claim_editions(wanted, LATER, owner="other") == [None] * 4
@@ -275,6 +280,7 @@ def test_force_edition_reopens_a_sent_edition_with_its_papers(ledger: Ledger) ->
         "item_count": 3,
         "last_error": None,
         "forced": True,
+        "paper_ids": f"{ledger.papers[0]},{ledger.papers[1]},{ledger.papers[2]}",  # delivered
     }
 
 

@@ -1,7 +1,7 @@
 """The archive: a sent edition's digest rebuilt from the ledger, and the papers of a day.
 
-Nothing is stored as HTML: a sent edition is its ledger row plus the ``sent_papers`` rows that
-carry its id; re-ranking just those papers gives back the sections and the reasons
+Nothing is stored as HTML: a sent edition is its ledger row, which lists the papers it carried
+(``editions.paper_ids``); re-ranking just those papers gives back the sections and the reasons
 (:func:`sent_digest`). The web app renders what these functions return
 (``/archive/view/…`` and ``/archive/YYYY-MM-DD``); it does not rank.
 """

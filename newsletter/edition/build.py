@@ -66,6 +66,20 @@ def day_ranker(config: Config, store: SendStore, now: datetime) -> tuple[list[Pa
     return papers, ranker
 
 
+HISTORY_MARGIN = timedelta(days=2)
+"""How much earlier than its first paper's first sighting an edition may be dated: a reader's
+local date runs up to a day behind UTC, and an edition the relay left unanswered is re-sent by
+the next run, a day later at most, under its own date."""
+
+
+def history_since(papers: Sequence[Paper]) -> date | None:
+    """The earliest date an edition carrying one of ``papers`` can have: nothing sent to a
+    reader before their first sighting can repeat one of them (``None`` without papers: no
+    history is needed)."""
+    first = min((p.first_seen for p in papers), default=None)
+    return None if first is None else first.date() - HISTORY_MARGIN
+
+
 class EditionBuilder:
     """Everything needed to turn a subscriber into a digest and a message, built once per run."""
 
@@ -76,8 +90,9 @@ class EditionBuilder:
         self.store = store
         self.now = now
         self.papers, self.ranker = day_ranker(config, store, now)
-        self.first_paper_id = min((p.id for p in self.papers), default=0)
-        """The lowest id among the day's papers: only sent papers from it on can repeat today."""
+        self.history_since = history_since(self.papers)
+        """The earliest edition date that can hold one of the day's papers (see
+        :func:`history_since`): only editions from it on can repeat one today."""
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = services.tokens
         self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)

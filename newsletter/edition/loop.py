@@ -135,7 +135,7 @@ def send_editions(
             if not choice.wanted:
                 continue
             ids = [sub.id for sub, _ in choice.wanted]
-            sent_ids = store.sent_paper_ids(ids, from_paper=builder.first_paper_id)
+            sent_ids = store.sent_paper_ids(ids, since=builder.history_since)
             votes = store.votes_for(ids)
             last = store.last_sent(ids) if skip_quiet and not force else {}
             claims: dict[int, EditionClaim | None] = {}

@@ -254,7 +254,6 @@ class StoreBase:
         )
         """What a public method turns into :meth:`error` (see :mod:`.guard`): SQLAlchemy's errors
         and the driver's own (the ledger's fast paths run SQL on the driver connection)."""
-        self._sent_papers_stmt: Insert | None = None
         self._claim_stmt: Insert | None = None
         self._datetime_bind: Callable[[datetime], Any] | None = None
         if self.engine.dialect.name == "sqlite":

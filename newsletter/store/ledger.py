@@ -43,10 +43,10 @@ from newsletter.store.ledger_sql import (
     _SQLITE_BEGIN_ARGS,
     _SQLITE_BEGIN_SQL,
     _SQLITE_MARK_SENT_SQL,
-    _SQLITE_SENT_PAPERS_SQL,
     _is_sent_mark,
     _pg_ledger,
 )
+from newsletter.store.tables import paper_list
 
 
 class LedgerStore(StoreBase):
@@ -88,12 +88,6 @@ class LedgerStore(StoreBase):
                 .returning(e.c.id, e.c.subscriber_id, e.c.edition_date)
             )
         return self._claim_stmt
-
-    def _sent_papers_insert(self) -> Insert:
-        """``INSERT … ON CONFLICT DO NOTHING`` into ``sent_papers``, built once per store."""
-        if self._sent_papers_stmt is None:
-            self._sent_papers_stmt = self._insert(t.sent_papers).on_conflict_do_nothing()  # type: ignore[attr-defined]
-        return self._sent_papers_stmt
 
     def record_permanent_failure(self, subscriber_id: int, limit: int, now: datetime) -> bool:
         """Count a permanent failure; suppress the address at ``limit``. True when suppressed."""
@@ -314,16 +308,9 @@ class LedgerStore(StoreBase):
                     "b_error": error,
                     "b_finished": now,
                     "b_items": len(paper_ids) if paper_ids else None,
+                    "b_papers": paper_list(paper_ids) if status in _DELIVERED else None,
                 },
             )
-            if status in _DELIVERED and paper_ids:
-                conn.execute(
-                    self._sent_papers_insert(),
-                    [
-                        {"subscriber_id": subscriber_id, "paper_id": pid, "edition_id": edition_id}
-                        for pid in paper_ids
-                    ],
-                )
             return
         if subscriber_id is None or status is EditionStatus.SENDING:
             row = conn.execute(
@@ -339,16 +326,9 @@ class LedgerStore(StoreBase):
             values["attempts"] = done + 1 if attempts is None else attempts
         if paper_ids:
             values["item_count"] = len(paper_ids)
+            if status in _DELIVERED:
+                values["paper_ids"] = paper_list(paper_ids)
         conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
-        if status in _DELIVERED and paper_ids:
-            # executemany with one cached statement: a multi-row VALUES is compiled every time
-            conn.execute(
-                self._insert(t.sent_papers).on_conflict_do_nothing(),  # type: ignore[attr-defined]
-                [
-                    {"subscriber_id": subscriber_id, "paper_id": pid, "edition_id": edition_id}
-                    for pid in paper_ids
-                ],
-            )
 
     def release_edition(self, edition_id: int, *, error: str | None = None) -> None:
         """Give back a claim whose message did not go out in this run (relay down, stop).
@@ -551,20 +531,23 @@ class LedgerStore(StoreBase):
             _pg_ledger(conn, ops, (), now)
             return
         # SQLite: straight to the sqlite3 cursor with positional rows (SQLAlchemy builds a
-        # parameter dict per row, 20 rows a message); the datetime goes through the column
-        # type's own bind processor, so it is stored exactly as SQLAlchemy stores it.
+        # parameter dict per row); the datetime goes through the column type's own bind
+        # processor, so it is stored exactly as SQLAlchemy stores it.
         finished = self._sqlite_datetime(now)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.executemany(
                 _SQLITE_MARK_SENT_SQL,
                 [
-                    (EditionStatus.SENT.value, finished, len(op.paper_ids) or None, op.edition_id)
+                    (
+                        EditionStatus.SENT.value,
+                        finished,
+                        len(op.paper_ids) or None,
+                        paper_list(op.paper_ids),
+                        op.edition_id,
+                    )
                     for op in ops
                 ],
             )
-            rows = [(op.subscriber_id, pid, op.edition_id) for op in ops for pid in op.paper_ids]
-            if rows:
-                cursor.executemany(_SQLITE_SENT_PAPERS_SQL, rows)
         finally:
             cursor.close()

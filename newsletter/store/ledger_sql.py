@@ -2,7 +2,8 @@
 updates and the driver-level SQL the fast paths run on SQLite (sqlite3) and PostgreSQL
 (psycopg), plus the status sets the ledger checks transitions against.
 
-The begin and the sent mark are written more than once on purpose: as SQLAlchemy statements
+A delivered edition's papers go into its own row (``editions.paper_ids``, see
+:func:`~newsletter.store.tables.paper_list`). The begin and the sent mark are written more than once on purpose: as SQLAlchemy statements
 (``begin_send``, ``mark_edition``, and the fallbacks), per row for sqlite3 (an in-process
 database: ``executemany`` of a tiny UPDATE is its cheapest form, and SQLite has no arrays) and
 as one array statement for psycopg (one round trip per group commit). One SQL text for both
@@ -36,6 +37,7 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.base import _naive
+from newsletter.store.tables import paper_list
 
 # The senders' hot statements, built once (their compiled form is cached; building them per
 # message costs more than running them).
@@ -76,15 +78,14 @@ _PG_BEGIN_STATUSES = {
 
 
 _PG_LEDGER_AT_ONCE_SQL = (
-    # a group commit in one statement: sent marks, their papers, then the begins (different
+    # a group commit in one statement: sent marks with their papers, then the begins (different
     # editions: a sender's begin returns before it can post that edition's mark)
     "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
-    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count) "
-    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[])) AS v(id, n) "
-    "WHERE e.id = v.id), "
-    "papers AS (INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
-    "SELECT * FROM unnest(CAST(%(sids)s AS integer[]), CAST(%(pids)s AS integer[]), "
-    "CAST(%(eids)s AS integer[])) ON CONFLICT DO NOTHING) "
+    "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count), "
+    "paper_ids = coalesce(v.p, e.paper_ids) "
+    "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[]), "
+    "CAST(%(papers)s AS text[])) AS v(id, n, p) "
+    "WHERE e.id = v.id) "
     "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
     "WHERE id = ANY(CAST(%(bids)s AS integer[])) AND owner = %(owner)s "
     "AND status = ANY(CAST(%(in_hand)s AS text[])) "
@@ -101,16 +102,12 @@ def _pg_ledger(
 ) -> set[int]:
     """Sent marks (with their papers) and begins of one owner in one statement; returns the
     editions whose begin applied."""
-    rows = [(op.subscriber_id, pid, op.edition_id) for op in marks for pid in op.paper_ids]
-    sids, pids, eids = (list(col) for col in zip(*rows, strict=True)) if rows else ([], [], [])
     params = {
         "ids": [op.edition_id for op in marks],
         "counts": [len(op.paper_ids) or None for op in marks],
+        "papers": [paper_list(op.paper_ids) for op in marks],
         "now": _naive(now),
         "sent": EditionStatus.SENT.value,
-        "sids": sids,
-        "pids": pids,
-        "eids": eids,
         "bids": [op.edition_id for op in begins],
         "owner": begins[0].owner if begins else "",
         **_PG_BEGIN_STATUSES,
@@ -146,13 +143,7 @@ _SQLITE_BEGIN_ARGS = {
 
 _SQLITE_MARK_SENT_SQL = (
     "UPDATE editions SET status = ?, last_error = NULL, finished = ?, "
-    "item_count = coalesce(?, item_count) WHERE id = ?"
-)
-
-
-_SQLITE_SENT_PAPERS_SQL = (
-    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) VALUES (?, ?, ?) "
-    "ON CONFLICT DO NOTHING"
+    "item_count = coalesce(?, item_count), paper_ids = coalesce(?, paper_ids) WHERE id = ?"
 )
 
 
@@ -207,5 +198,6 @@ _MARK_FINAL = (
         last_error=bindparam("b_error", type_=_e.c.last_error.type),
         finished=bindparam("b_finished", type_=_e.c.finished.type),
         item_count=func.coalesce(bindparam("b_items", type_=Integer), _e.c.item_count),
+        paper_ids=func.coalesce(bindparam("b_papers", type_=Text), _e.c.paper_ids),
     )
 )

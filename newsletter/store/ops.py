@@ -22,6 +22,7 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
+from newsletter.store.tables import parse_paper_list
 
 _UNSETTLED = (EditionStatus.UNKNOWN.value, EditionStatus.HELD.value, EditionStatus.RESEND.value)
 """Editions whose delivery is unknown until the next run re-sends them or an operator settles."""
@@ -140,7 +141,7 @@ class OpsStore(StoreBase):
         """
         with self.engine.begin() as conn:
             row = conn.execute(
-                select(t.editions.c.id).where(
+                select(t.editions.c.id, t.editions.c.paper_ids).where(
                     t.editions.c.subscriber_id == subscriber_id,
                     t.editions.c.edition_date == edition_date,
                 )
@@ -163,12 +164,7 @@ class OpsStore(StoreBase):
                 ).scalar_one()
                 return EditionClaim(eid, subscriber_id, edition_date, message_id, resumed=False), []
             eid = row.id
-            earlier = [
-                r[0]
-                for r in conn.execute(
-                    select(t.sent_papers.c.paper_id).where(t.sent_papers.c.edition_id == eid)
-                )
-            ]
+            earlier = parse_paper_list(row.paper_ids)
             conn.execute(
                 update(t.editions)
                 .where(t.editions.c.id == eid)

@@ -6,15 +6,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     Connection,
+    Date,
+    Integer,
     bindparam,
     delete,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import SQLAlchemyError as _SAError
@@ -30,6 +34,7 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase, _by_key
+from newsletter.store.tables import parse_paper_list
 
 
 def content_hash(p: PaperData | Paper) -> str:
@@ -123,6 +128,18 @@ def upvote_velocity(snapshots: Sequence[tuple[datetime, int]]) -> float | None:
     if hours < 0.1:
         return None
     return max(0.0, (last - first) / hours)
+
+
+_PG_HISTORY = text(
+    # Each reader's own editions, by key (a nested loop over the ids): as "subscriber_id IN
+    # (...) AND edition_date >= ..." PostgreSQL without statistics took the (edition_date,
+    # status) index and read every edition since that date, per batch of readers (a send grew
+    # with the square of its list). ``OFFSET 0`` keeps the subquery from being flattened into
+    # that same plan (a hash join over the date index).
+    "SELECT u.sid, e.paper_ids FROM unnest(CAST(:ids AS integer[])) AS u(sid) "
+    "JOIN LATERAL (SELECT paper_ids FROM editions WHERE subscriber_id = u.sid "
+    "AND edition_date >= :since AND paper_ids IS NOT NULL OFFSET 0) AS e ON true"
+).bindparams(bindparam("ids", type_=ARRAY(Integer)), bindparam("since", type_=Date))
 
 
 class PaperStore(StoreBase):
@@ -299,25 +316,32 @@ class PaperStore(StoreBase):
             return int(conn.execute(select(func.count()).select_from(t.papers)).scalar_one())
 
     def sent_paper_ids(
-        self, subscriber_ids: Sequence[int], *, from_paper: int = 0
+        self, subscriber_ids: Sequence[int], *, since: date | None = None
     ) -> dict[int, set[int]]:
-        """For each subscriber, the ids (``from_paper`` or higher) of the papers already placed
-        in a sent digest.
+        """For each subscriber, the ids of the papers their delivered editions dated ``since``
+        or later carried (all of them without ``since``).
 
-        A send passes the lowest id among the day's candidate papers: a reader's history grows
-        by a digest a day, and only its tail can hold today's papers. The primary key
-        ``(subscriber_id, paper_id)`` reads just that tail, not every paper ever sent."""
-        sp = t.sent_papers
+        A send passes the earliest date an edition holding one of the day's candidate papers
+        can have (:func:`~newsletter.edition.build.history_since`): a reader's history grows by
+        a digest a day, and only its tail can hold today's papers. The ``(subscriber_id,
+        edition_date)`` index reads just that tail, a row per digest."""
+        e = t.editions
         out: dict[int, set[int]] = {sid: set() for sid in subscriber_ids}
         with self.engine.connect() as conn:
             _by_key(conn)
             for start in range(0, len(subscriber_ids), 500):
-                q = select(sp.c.subscriber_id, sp.c.paper_id).where(
-                    sp.c.subscriber_id.in_(subscriber_ids[start : start + 500]),
-                    sp.c.paper_id >= from_paper,
-                )
-                for sid, pid in conn.execute(q):
-                    out[sid].add(pid)
+                ids = list(subscriber_ids[start : start + 500])
+                if self.dialect == "postgresql":
+                    rows = conn.execute(_PG_HISTORY, {"ids": ids, "since": since or date.min})
+                else:
+                    q = select(e.c.subscriber_id, e.c.paper_ids).where(
+                        e.c.subscriber_id.in_(ids), e.c.paper_ids.is_not(None)
+                    )
+                    if since is not None:
+                        q = q.where(e.c.edition_date >= since)
+                    rows = conn.execute(q)
+                for sid, papers in rows:
+                    out[sid].update(parse_paper_list(papers))
         return out
 
     # A reader's "more like this" / "less like this": one row per (subscriber, paper), a new
@@ -426,16 +450,20 @@ class PaperStore(StoreBase):
         return self.papers_by_keys([key]).get(key)
 
     def edition_papers(self, edition_id: int) -> list[Paper]:
-        """The papers a sent edition carried (from ``sent_papers``), with their sources."""
+        """The papers a sent edition carried, in digest order, with their sources."""
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(t.papers)
-                .join(t.sent_papers, t.sent_papers.c.paper_id == t.papers.c.id)
-                .where(t.sent_papers.c.edition_id == edition_id)
-                .order_by(t.papers.c.id)
-            ).all()
-            sources = self._sources_for(conn, [r.id for r in rows])
-            return [_paper(r, sources.get(r.id, ())) for r in rows]
+            ids = parse_paper_list(
+                conn.execute(
+                    select(t.editions.c.paper_ids).where(t.editions.c.id == edition_id)
+                ).scalar_one_or_none()
+            )
+            rows = (
+                {r.id: r for r in conn.execute(select(t.papers).where(t.papers.c.id.in_(ids)))}
+                if ids
+                else {}
+            )
+            sources = self._sources_for(conn, list(rows))
+            return [_paper(rows[i], sources.get(i, ())) for i in ids if i in rows]
 
     def papers_first_seen_between(self, start: datetime, end: datetime) -> list[Paper]:
         """Announced papers first seen in ``[start, end)``, oldest first."""

@@ -54,10 +54,10 @@ class PaperReads(Protocol):
         ...
 
     def sent_paper_ids(
-        self, subscriber_ids: Sequence[int], *, from_paper: int = 0
+        self, subscriber_ids: Sequence[int], *, since: date | None = None
     ) -> dict[int, set[int]]:
-        """For each subscriber, the ids (``from_paper`` or higher) of the papers already placed
-        in a sent digest."""
+        """For each subscriber, the ids of the papers their delivered editions dated ``since``
+        or later carried (all of them without ``since``)."""
         ...
 
     def votes_for(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[Vote, ...]]:
@@ -103,7 +103,7 @@ class Papers(PaperReads, Protocol):
         ...
 
     def edition_papers(self, edition_id: int) -> list[Paper]:
-        """The papers a sent edition carried (from ``sent_papers``), with their sources."""
+        """The papers a sent edition carried, in digest order, with their sources."""
         ...
 
     def papers_first_seen_between(self, start: datetime, end: datetime) -> list[Paper]:

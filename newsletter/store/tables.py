@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -173,23 +174,24 @@ editions = Table(
     Column("item_count", Integer, nullable=False, default=0),
     Column("last_error", Text),
     Column("forced", Boolean, nullable=False, default=False),
+    # The papers a delivered edition carried, in digest order ("12,7,40"; migration 0011): a
+    # reader never gets a paper twice, and the archive shows the digest again. One row per
+    # digest, where a ``sent_papers`` row per paper cost the database most of its work.
+    Column("paper_ids", Text),
     UniqueConstraint("subscriber_id", "edition_date", name="uq_editions_subscriber_date"),
 )
 Index("ix_editions_date_status", editions.c.edition_date, editions.c.status)
 
-# The papers each sent edition carried: the reader never gets a paper twice (the primary key)
-# and the archive shows a sent digest again. Only the edition is a foreign key (migration 0009):
-# the edition names the subscriber, papers are never deleted, and each key checked costs the
-# database server a locking read per row, about 20 rows per digest.
-sent_papers = Table(
-    "sent_papers",
-    metadata,
-    Column("subscriber_id", Integer, primary_key=True),
-    Column("paper_id", Integer, primary_key=True),
-    Column("edition_id", Integer, ForeignKey("editions.id", ondelete="CASCADE"), nullable=False),
-)
 
-Index("ix_sent_papers_edition", sent_papers.c.edition_id)
+def paper_list(paper_ids: Sequence[int]) -> str | None:
+    """``editions.paper_ids`` for these papers, in digest order (``None`` for none)."""
+    return ",".join(map(str, paper_ids)) or None
+
+
+def parse_paper_list(value: str | None) -> list[int]:
+    """The paper ids an ``editions.paper_ids`` value holds, in digest order."""
+    return [int(p) for p in value.split(",")] if value else []
+
 
 # A reader's "more like this" (+1) / "less like this" (-1) on one paper; a new vote replaces the
 # old one. ``topic`` is the digest section the paper was in, when known. Erased with the reader.

@@ -14,7 +14,8 @@ from sqlalchemy import func, select, text
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
+from newsletter.ingest import decide, run_fetch
+from newsletter.models import PaperData
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
@@ -111,14 +112,33 @@ def test_migration_0006_keeps_every_row_and_stops_id_reuse(
         now = utcnow()
         for who in ("ada", "bob", "cyd"):
             store.add_subscriber(f"{who}@example.org", topics=["gpu-kernels", "rendering"], now=now)
-        run_fetch(web_config, store, now)
-        assert run_send(web_config, store, now).sent == 3
+        batch = [PaperData(key=f"2611.0000{i}", title=f"Paper {i}") for i in range(1, 4)]
+        paper_ids = list(store.write_papers("s", decide(batch, {}), now).values())
+        for who in ("ada", "bob", "cyd"):  # each sent a digest, as the code of 0005 recorded it
+            sub = store.get_subscriber(f"{who}@example.org")
+            assert sub is not None
+            claim = store.claim_edition(sub.id, now.date(), f"<{who}@x>", now, owner="r")
+            assert claim is not None
+            with store.engine.begin() as conn:
+                conn.execute(
+                    text("UPDATE editions SET status = 'sent', item_count = 3 WHERE id = :e"),
+                    {"e": claim.id},
+                )
+                for pid in paper_ids:
+                    conn.execute(
+                        text(
+                            "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
+                            "VALUES (:s, :p, :e)"
+                        ),
+                        {"s": sub.id, "p": pid, "e": claim.id},
+                    )
         # The highest id, gone before 0006 (by hand: today's remove also clears later tables).
         with store.engine.begin() as conn:
             cyd = conn.execute(
                 select(t.subscribers.c.id).where(t.subscribers.c.email == "cyd@example.org")
             ).scalar_one()
-            for table in (t.sent_papers, t.subscriptions, t.editions):
+            conn.execute(text("DELETE FROM sent_papers WHERE subscriber_id = :s"), {"s": cyd})
+            for table in (t.subscriptions, t.editions):
                 conn.execute(table.delete().where(table.c.subscriber_id == cyd))
             conn.execute(t.subscribers.delete().where(t.subscribers.c.id == cyd))
 
@@ -126,14 +146,18 @@ def test_migration_0006_keeps_every_row_and_stops_id_reuse(
             with store.engine.connect() as conn:
                 return {
                     table.name: conn.execute(select(func.count()).select_from(table)).scalar_one()
-                    for table in (t.subscribers, t.subscriptions, t.editions, t.sent_papers)
+                    for table in (t.subscribers, t.subscriptions, t.editions)
                 }
 
         before = counts()
-        assert before["sent_papers"] > 0 and before["subscriptions"] == 4
+        with store.engine.connect() as conn:
+            sent = conn.execute(text("SELECT count(*) FROM sent_papers")).scalar_one()
+        assert sent == 6 and before["subscriptions"] == 4
         store.upgrade()
         assert store.current_revision() == store.head_revision()
         assert counts() == before  # nothing cascaded away with the rebuilt table
+        readers = [s.id for b in store.iter_subscribers() for s in b]
+        assert sum(map(len, store.sent_paper_ids(readers).values())) == sent  # moved (0011)
         if store.dialect == "sqlite":
             with store.engine.connect() as conn:
                 ddl = conn.execute(
