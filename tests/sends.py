@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
+
+from sqlalchemy import text
 
 from newsletter.config import Config
 from newsletter.deliver import MailerFactory
@@ -50,3 +52,27 @@ def send_step(
     report = send(services, SendRequest(**request), now=now, progress=progress, stop=stop).report
     assert report is not None
     return report
+
+
+def sent_before_0011(
+    store: Store, subscriber_id: int, day: date, paper_ids: list[int], now: datetime
+) -> int:
+    """A sent edition as the code before migration 0011 recorded it, for migration tests on an
+    older schema: the edition ``sent``, and a ``sent_papers`` row per paper (a paper already
+    sent to the reader left out: the table's primary key). Returns the edition's id."""
+    claim = store.claim_edition(subscriber_id, day, f"<{subscriber_id}.{day}@old>", now, owner="r")
+    assert claim is not None
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE editions SET status = 'sent', item_count = :n WHERE id = :e"),
+            {"n": len(paper_ids), "e": claim.id},
+        )
+        for pid in paper_ids:
+            conn.execute(
+                text(
+                    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
+                    "VALUES (:s, :p, :e) ON CONFLICT DO NOTHING"
+                ),
+                {"s": subscriber_id, "p": pid, "e": claim.id},
+            )
+    return claim.id

@@ -17,6 +17,7 @@ from newsletter.ingest import decide
 from newsletter.models import EditionStatus, PaperData
 from newsletter.store import Store
 from newsletter.store import tables as t
+from tests.sends import sent_before_0011
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 DAY = date(2026, 11, 17)
@@ -36,24 +37,8 @@ def _sent(store: Store, email: str, paper_ids: list[int]) -> int:
 
 
 def _old_sent(store: Store, email: str, paper_ids: list[int], day: date = DAY) -> int:
-    """A sent edition as the code before migration 0011 recorded it: ``sent_papers`` rows, a
-    paper already sent to the reader left out (the table's primary key)."""
     sub = store.get_subscriber(email) or store.add_subscriber(email, topics=["t"], now=NOW)[0]
-    claim = store.claim_edition(sub.id, day, f"<{email}.{day}>", NOW, owner="r")
-    assert claim is not None
-    with store.engine.begin() as conn:
-        conn.execute(
-            text("UPDATE editions SET status = 'sent', item_count = :n WHERE id = :e"),
-            {"n": len(paper_ids), "e": claim.id},
-        )
-        for pid in paper_ids:
-            conn.execute(
-                text(
-                    "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
-                    "VALUES (:s, :p, :e) ON CONFLICT DO NOTHING"
-                ),
-                {"s": sub.id, "p": pid, "e": claim.id},
-            )
+    sent_before_0011(store, sub.id, day, paper_ids, NOW)
     return sub.id
 
 

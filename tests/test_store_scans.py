@@ -229,6 +229,22 @@ def test_a_send_reads_back_only_the_tail_of_a_readers_history(
         store.close()
 
 
+def _bulk_import(store: Store, n: int, *, unsubscribed_every: int = 0) -> None:
+    """``n`` subscribers in one statement, as a bulk import leaves them: rows, and no
+    statistics yet (every ``unsubscribed_every``-th one unsubscribed)."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO subscribers (email, name, status, timezone, created, "
+                "status_changed, frequency, permanent_failures) SELECT "
+                "'reader' || g || '@example.org', '', CASE WHEN :every > 0 AND g % :every = 0 "
+                "THEN 'unsubscribed' ELSE 'active' END, 'UTC', now(), now(), 'daily', 0 "
+                "FROM generate_series(1, :n) AS g"
+            ),
+            {"n": n, "every": unsubscribed_every},
+        )
+
+
 def test_listing_the_readers_reads_each_once_on_a_fresh_database(
     fresh_schema: tuple[str, str],
 ) -> None:
@@ -242,16 +258,7 @@ def test_listing_the_readers_reads_each_once_on_a_fresh_database(
     store = Store(url)
     try:
         store.upgrade()
-        with store.engine.begin() as conn:  # a bulk import: rows, and no statistics yet
-            conn.execute(
-                text(
-                    "INSERT INTO subscribers (email, name, status, timezone, created, "
-                    "status_changed, frequency, permanent_failures) SELECT "
-                    "'reader' || g || '@example.org', '', 'active', 'UTC', now(), now(), "
-                    "'daily', 0 FROM generate_series(1, :n) AS g"
-                ),
-                {"n": n},
-            )
+        _bulk_import(store, n)
         store.close()
         before = _tuples_read(schema, "ix_subscribers_status_id")
         store = Store(url)
@@ -279,17 +286,7 @@ def test_a_workers_chunks_read_only_their_own_readers_on_a_fresh_database(
     store = Store(url)
     try:
         store.upgrade()
-        with store.engine.begin() as conn:  # a bulk import: rows, and no statistics yet
-            conn.execute(
-                text(
-                    "INSERT INTO subscribers (email, name, status, timezone, created, "
-                    "status_changed, frequency, permanent_failures) SELECT "
-                    "'reader' || g || '@example.org', '', "
-                    "CASE WHEN g % 10 = 0 THEN 'unsubscribed' ELSE 'active' END, 'UTC', now(), "
-                    "now(), 'daily', 0 FROM generate_series(1, :n) AS g"
-                ),
-                {"n": n},
-            )
+        _bulk_import(store, n, unsubscribed_every=10)
         store.close()
         before = sum(v for k, v in _index_tuples(schema).items() if "subscribers" in k)
         store = Store(url)

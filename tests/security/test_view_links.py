@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
@@ -21,7 +20,7 @@ from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
-from tests.sends import run_send
+from tests.sends import run_send, sent_before_0011
 from tests.web.conftest import BASE, Clock, body_text
 
 
@@ -100,15 +99,10 @@ def test_links_made_before_they_named_the_address_hold_only_for_their_subscriber
     assert client.get(f"/archive/view/{bobs}").status_code == 200
 
 
-def test_migration_0006_keeps_every_row_and_stops_id_reuse(
-    web_config: Config, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_migration_0006_keeps_every_row_and_stops_id_reuse(web_config: Config) -> None:
     store = Store(web_config.database_url)
     try:
         store.upgrade("0005")
-        # Today's send also reads readers' votes (migration 0007); at 0005 there are none.
-        monkeypatch.setattr(store, "voted_papers", lambda since, limit=0: [])
-        monkeypatch.setattr(store, "votes_for", lambda ids: {})
         now = utcnow()
         for who in ("ada", "bob", "cyd"):
             store.add_subscriber(f"{who}@example.org", topics=["gpu-kernels", "rendering"], now=now)
@@ -117,21 +111,7 @@ def test_migration_0006_keeps_every_row_and_stops_id_reuse(
         for who in ("ada", "bob", "cyd"):  # each sent a digest, as the code of 0005 recorded it
             sub = store.get_subscriber(f"{who}@example.org")
             assert sub is not None
-            claim = store.claim_edition(sub.id, now.date(), f"<{who}@x>", now, owner="r")
-            assert claim is not None
-            with store.engine.begin() as conn:
-                conn.execute(
-                    text("UPDATE editions SET status = 'sent', item_count = 3 WHERE id = :e"),
-                    {"e": claim.id},
-                )
-                for pid in paper_ids:
-                    conn.execute(
-                        text(
-                            "INSERT INTO sent_papers (subscriber_id, paper_id, edition_id) "
-                            "VALUES (:s, :p, :e)"
-                        ),
-                        {"s": sub.id, "p": pid, "e": claim.id},
-                    )
+            sent_before_0011(store, sub.id, now.date(), paper_ids, now)
         # The highest id, gone before 0006 (by hand: today's remove also clears later tables).
         with store.engine.begin() as conn:
             cyd = conn.execute(
