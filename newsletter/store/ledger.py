@@ -296,10 +296,8 @@ class LedgerStore(StoreBase):
         error: str | None = None,
         paper_ids: Sequence[int] = (),
         attempts: int | None = None,
-        subscriber_id: int | None = None,
     ) -> None:
-        done = 0
-        if subscriber_id is not None and status in _FINAL:
+        if status in _FINAL:
             conn.execute(
                 _MARK_FINAL,
                 {
@@ -312,22 +310,16 @@ class LedgerStore(StoreBase):
                 },
             )
             return
-        if subscriber_id is None or status is EditionStatus.SENDING:
-            row = conn.execute(
-                select(t.editions.c.subscriber_id, t.editions.c.attempts).where(
-                    t.editions.c.id == edition_id
-                )
-            ).one()
-            subscriber_id, done = row.subscriber_id, row.attempts
+        done = 0
+        if status is EditionStatus.SENDING and attempts is None:
+            done = conn.execute(
+                select(t.editions.c.attempts).where(t.editions.c.id == edition_id)
+            ).scalar_one()
         values: dict[str, Any] = {"status": status.value, "last_error": error}
-        if status in _FINAL:
-            values["finished"] = now
         if status is EditionStatus.SENDING:
             values["attempts"] = done + 1 if attempts is None else attempts
         if paper_ids:
             values["item_count"] = len(paper_ids)
-            if status in _DELIVERED:
-                values["paper_ids"] = paper_list(paper_ids)
         conn.execute(update(t.editions).where(t.editions.c.id == edition_id).values(**values))
 
     def release_edition(self, edition_id: int, *, error: str | None = None) -> None:
@@ -442,7 +434,6 @@ class LedgerStore(StoreBase):
                         now,
                         op.error,
                         op.paper_ids,
-                        subscriber_id=op.subscriber_id or None,
                     )
                     out.append(None)
                 elif op.kind == "release":
