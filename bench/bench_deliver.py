@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import resource
+import secrets
 import smtplib
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def write_config(tmp: Path, port: int, db: Path) -> Path:
             "base_url": "https://papers.example.org",
         },
         "smtp": {"host": "127.0.0.1", "port": port, "pool_size": POOL, "timeout": 30},
-        "web": {"secret_key": "bench-deliver-secret-0123456789abcd"},
+        "web": {"secret_key": secrets.token_urlsafe(48)},
         "schedule": {"no_listing": "send"},
         "digest": {"empty": "send"},
         "sources": [

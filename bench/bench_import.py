@@ -18,6 +18,7 @@ import csv
 import os
 import random
 import resource
+import secrets
 import subprocess
 import sys
 import time
@@ -73,7 +74,7 @@ def config(db_url: str) -> dict[str, Any]:
         },
         "smtp": {"host": "127.0.0.1", "port": 2525},
         "topics": [{"name": n, "title": n.upper(), "keywords": [f"word{n}"]} for n in TOPICS],
-        "web": {"secret_key": "bench-import-secret-0123456789abcdefgh"},
+        "web": {"secret_key": secrets.token_urlsafe(48)},
     }
 
 

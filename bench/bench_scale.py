@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import smtplib
 import subprocess
@@ -124,7 +125,7 @@ def config_data(db_url: str, sink_port: int, topic_list: list[dict[str, Any]]) -
         },
         "smtp": {"host": "127.0.0.1", "port": sink_port, "pool_size": POOL},
         "topics": topic_list,
-        "web": {"secret_key": "bench-scale-secret-0123456789abcdefgh"},
+        "web": {"secret_key": secrets.token_urlsafe(48)},
         "schedule": {"no_listing": "send"},
     }
 

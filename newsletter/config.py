@@ -63,13 +63,72 @@ def _check_timezone(value: str) -> str:
 MIN_SECRET_KEY_LENGTH = 32
 #: A key with fewer different characters than this is a placeholder ("xxxx…"), not a secret.
 MIN_SECRET_KEY_DISTINCT = 10
-MAKE_SECRET_KEY = 'python -c "import secrets; print(secrets.token_urlsafe(48))"'  # noqa: S105 - a command
+MAKE_SECRET_KEY = 'python3 -c "import secrets; print(secrets.token_urlsafe(48))"'  # noqa: S105 - a command
+
+#: Keys that were ever written in newsletter's own files (the compose file, docs, examples):
+#: public, so they sign nothing. tests/security/test_signing_key.py reads the repository and
+#: checks that every key written in it is refused, by this list or by the placeholder words.
+PUBLISHED_SECRET_KEYS = frozenset(
+    {
+        "change-me-to-a-long-random-string",  # deploy/compose.yaml until 2026-11
+    }
+)
+#: Text that marks a key as written for a reader to replace, compared in lower case with the
+#: separators (anything but letters and digits) removed: "Change_Me", "change-me" and
+#: "CHANGEME" are one. Each is 6 characters or more, so a random key (64 characters from 64)
+#: contains one by chance about once in 10^7 keys or less.
+_PLACEHOLDER_TEXT = (
+    "changeme",
+    "replace",
+    "example",
+    "secretkey",
+    "placeholder",
+    "yoursecret",
+    "yourkey",
+    "yourown",
+    "insertyour",
+    "putyour",
+    "randomstring",
+    "randomkey",
+    "longrandom",
+    "notasecret",
+    "notsecret",
+    "donotuse",
+    "dontuse",
+    "xxxxxx",
+)
+#: Whole words (between separators) that mark a placeholder; too short to look for inside a
+#: random key, where they would turn up by chance.
+_PLACEHOLDER_WORDS = re.compile(r"your|todo|fixme|dummy|sample|insert|x{4,}")
+
+
+def _placeholder(key: str) -> str | None:
+    """The placeholder text in ``key`` ("change-me", "your-key", "xxx", …), or ``None``."""
+    lowered = key.lower()
+    joined = re.sub(r"[^a-z0-9]", "", lowered)
+    for text in _PLACEHOLDER_TEXT:
+        if text in joined:
+            return text
+    for word in re.split(r"[^a-z0-9]+", lowered):
+        if _PLACEHOLDER_WORDS.fullmatch(word):
+            return word
+    return None
 
 
 def secret_key_problem(key: str) -> str | None:
-    """Why ``key`` may not sign links (empty, short, a placeholder), or ``None`` when it may."""
+    """Why ``key`` may not sign links (empty, short, a placeholder, published), or ``None``.
+
+    A key printed in a doc or a shipped file is known to everyone who read it: whoever holds
+    the key can sign a confirmation for any address, so such keys are refused by name, and
+    keys that look like a placeholder by the words they contain.
+    """
     if not key:
         return f"the secret key is empty; make one with: {MAKE_SECRET_KEY}"
+    if key in PUBLISHED_SECRET_KEYS:
+        return (
+            "the secret key is the example published in newsletter's own files, so anyone "
+            f"has it; make one with: {MAKE_SECRET_KEY}"
+        )
     if len(key) < MIN_SECRET_KEY_LENGTH:
         return (
             f"the secret key is {len(key)} characters, fewer than {MIN_SECRET_KEY_LENGTH}; "
@@ -78,6 +137,12 @@ def secret_key_problem(key: str) -> str | None:
     if len(set(key)) < MIN_SECRET_KEY_DISTINCT:
         return (
             f"the secret key has only {len(set(key))} different characters (a placeholder?); "
+            f"make one with: {MAKE_SECRET_KEY}"
+        )
+    placeholder = _placeholder(key)
+    if placeholder is not None:
+        return (
+            f"the secret key is a placeholder (it says {placeholder!r}), not a secret; "
             f"make one with: {MAKE_SECRET_KEY}"
         )
     return None

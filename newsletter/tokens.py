@@ -266,6 +266,15 @@ def _strong(config: Config, key: str, where: str) -> str:
     return key
 
 
+def _new_key() -> str:
+    """A random key that :func:`secret_key_problem` accepts (one in about 10^7 random keys
+    happens to spell a placeholder word such as "example"; that one is drawn again)."""
+    while True:
+        key = secrets.token_urlsafe(48)
+        if secret_key_problem(key) is None:
+            return key
+
+
 def _create_key_file(path: Path) -> None:
     """Write a new random key to ``path`` unless another process got there first.
 
@@ -277,7 +286,7 @@ def _create_key_file(path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secrets.token_urlsafe(48) + "\n")
+            f.write(_new_key() + "\n")
             f.flush()
             os.fsync(f.fileno())
         # FileExistsError: another process wrote the key first; everyone uses theirs.
