@@ -11,6 +11,7 @@ commands as their own user.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -24,7 +25,8 @@ import pytest
 import yaml
 
 from newsletter.cli import cli
-from newsletter.config import load_config
+from newsletter.config import load_config, secret_key_problem
+from newsletter.tokens import signing_key
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -95,13 +97,57 @@ def test_compose_file_parses_and_wires_every_service() -> None:
     assert services["mailpit"]["image"].startswith("axllent/mailpit")
 
 
+#: ``${VAR:?message}``: compose takes the value from the shell or deploy/.env, and refuses to
+#: start (printing the message) when it is not set.
+_REQUIRED = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*):\?(?P<message>[^}]+)\}$")
+
+
+def interpolated(value: str, environ: dict[str, str]) -> str:
+    """``value`` as compose interpolates it (the ``${VAR:?message}`` form this file uses)."""
+    m = _REQUIRED.match(value)
+    if m is None:
+        assert "$" not in value, f"unexpected interpolation in {value!r}"
+        return value
+    if not environ.get(m["name"]):
+        raise LookupError(f"required variable {m['name']} is missing a value: {m['message']}")
+    return environ[m["name"]]
+
+
+def test_compose_takes_the_secret_key_from_the_operator() -> None:
+    """No key is written in the compose file (one was, and anyone could read it): compose
+    refuses to start until the operator sets one, and says how to make it."""
+    text = (DEPLOY / "compose.yaml").read_text()
+    services = compose()["services"]
+    for name in ("migrate", "app", "worker"):
+        value = services[name]["environment"]["NEWSLETTER_SECRET_KEY"]
+        m = _REQUIRED.match(value)
+        assert m is not None and m["name"] == "NEWSLETTER_SECRET_KEY", value
+        with pytest.raises(LookupError, match=r"deploy/\.env; make a key with: python3 -c"):
+            interpolated(value, {})
+    # Whatever the YAML form (mapping or list, anchors or not), each value is the reference.
+    values = re.findall(r"^\s*-?\s*NEWSLETTER_SECRET_KEY\s*[:=]\s*(.*)$", text, re.MULTILINE)
+    assert values and all(v.startswith('"${NEWSLETTER_SECRET_KEY:?') for v in values), values
+    assert "/deploy/.env" in (DEPLOY.parent / ".gitignore").read_text().splitlines()
+    # The one-line command the message gives makes a key the app accepts.
+    command = _REQUIRED.match(value)["message"].split("python3 -c ", 1)[1]  # type: ignore[index]
+    made = subprocess.run(
+        [sys.executable, "-c", shlex.split(command)[0]], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert secret_key_problem(made) is None
+
+
 def test_compose_config_is_valid_under_the_environment_compose_sets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    env = compose()["services"]["worker"]["environment"]
+    operator = {"NEWSLETTER_SECRET_KEY": secrets.token_urlsafe(48)}  # what deploy/.env holds
+    env = {
+        key: interpolated(value, operator)
+        for key, value in compose()["services"]["worker"]["environment"].items()
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     config = load_config(DEPLOY / "compose-newsletter.yaml")
+    assert signing_key(config) == operator["NEWSLETTER_SECRET_KEY"]
     assert config.settings.smtp.host == "mailpit" and config.settings.smtp.port == 1025
     assert config.database_url == env["NEWSLETTER_DATABASE_URL"]
     assert config.settings.workers is not None
