@@ -23,6 +23,7 @@ was one, chains its cause (``raise ... from e``)::
     ├── TokenError           a link's token is tampered with, expired or for another purpose
     │   └── LinkUsed         a confirmation link was used already (newsletter.subscribe)
     ├── ImportFileError      a subscriber CSV cannot be read at all (newsletter.importer)
+    ├── UnreadableMail       a received mail is nested too deeply to read (newsletter.inbound)
     └── SubscriberError      an address or subscriber command is invalid
         ├── InvalidAddress   an address cannot be used (newsletter.addresses)
         ├── InvalidRequest   a field of a subscription request is invalid (newsletter.subscribe)

@@ -46,6 +46,35 @@ from newsletter.subscribe import (
 log = logging.getLogger(__name__)
 
 
+MAX_MIME_DEPTH = 20
+"""The deepest nesting of MIME parts a command mail may have. A command is one line of text;
+Python's mail parser recurses once per level, so a mail nested thousands deep would exhaust it."""
+
+
+class UnreadableMail(NewsletterError):
+    """A message whose structure cannot be read as a command (nested too deeply): refused with a
+    permanent SMTP error, since sending it again cannot help."""
+
+
+def read_mail(data: bytes) -> EmailMessage:
+    """Parse a received message; raises :class:`UnreadableMail` when its MIME parts are nested
+    more than :data:`MAX_MIME_DEPTH` deep."""
+    try:
+        msg = message_from_bytes(data, policy=policy.default)
+    except RecursionError as e:
+        raise UnreadableMail(f"MIME parts nested more than {MAX_MIME_DEPTH} deep") from e
+    assert isinstance(msg, EmailMessage)
+    todo: list[tuple[EmailMessage, int]] = [(msg, 1)]  # no recursion: the mail decides the depth
+    while todo:
+        part, depth = todo.pop()
+        if depth > MAX_MIME_DEPTH:
+            raise UnreadableMail(f"MIME parts nested more than {MAX_MIME_DEPTH} deep")
+        payload = part.get_payload()
+        if isinstance(payload, list):  # multipart/*, message/rfc822
+            todo.extend((p, depth + 1) for p in payload if isinstance(p, EmailMessage))
+    return msg
+
+
 def first_text(msg: EmailMessage) -> str:
     """The first text/plain part (or the body), at most 4 KB of it."""
     part = msg.get_body(preferencelist=("plain",))
@@ -108,10 +137,10 @@ def handle_message(
 ) -> Outcome | None:
     """Run the command in one received message; ``None`` when nothing was answered.
 
-    ``settings``: the receiver's (default: the service config's ``inbound:``).
+    ``settings``: the receiver's (default: the service config's ``inbound:``). Raises
+    :class:`UnreadableMail` for a message nested too deeply to read.
     """
-    msg = message_from_bytes(data, policy=policy.default)
-    assert isinstance(msg, EmailMessage)
+    msg = read_mail(data)
     if is_automatic(msg, mail_from):
         log.info("inbound: automatic message from %r dropped", mail_from)
         return None
@@ -219,6 +248,11 @@ class InboundHandler:
                 peer,
                 self.settings,
             )
+        except UnreadableMail as e:
+            log.warning(
+                "inbound: refused a message from %r via %s: %s", envelope.mail_from, peer, e
+            )
+            return f"554 5.6.0 cannot read this message as a command: {e}"
         except NewsletterError as e:
             log.warning("inbound: could not answer: %s", e)
             return "451 4.3.0 cannot answer right now; try again later"

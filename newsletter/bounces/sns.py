@@ -74,11 +74,12 @@ def aws_url(url: str, prefix: str | None = None) -> bool:
         return url.startswith(prefix)
     try:
         parts = urlsplit(url)
+        port = parts.port  # a port that is not a number (":abc", ":99999") is a ValueError here
     except ValueError:
         return False
     return (
         parts.scheme == "https"
-        and parts.port in (None, 443)
+        and port in (None, 443)
         and parts.username is None
         and parts.password is None
         and bool(SNS_HOST.match(parts.hostname or ""))
