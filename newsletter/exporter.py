@@ -2,6 +2,8 @@
 one subscriber's whole record (``newsletter subscribers show``).
 
 The CSV is the format :mod:`newsletter.importer` reads back (it ignores the ``votes`` column).
+Cells a spreadsheet would run as a formula are written with a leading ``'`` (see
+:func:`spreadsheet_cell`), and the importer takes that quote off again.
 """
 
 from __future__ import annotations
@@ -30,6 +32,35 @@ CSV_FIELDS = (
 )
 """The export's header row. ``votes``: the reader's "more/less like this" votes, ``+KEY`` or
 ``-KEY``, separated by spaces (import ignores the column)."""
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""What a spreadsheet (Excel, LibreOffice, Google Sheets) takes as the start of a formula."""
+
+
+def spreadsheet_cell(value: str | int) -> str | int:
+    """``value`` as the export writes it: with a ``'`` in front when a spreadsheet would run it.
+
+    A reader chooses their own name (the manage page, the API): ``=HYPERLINK("https://…")``
+    would be a live formula in the operator's spreadsheet. OWASP's rule: a cell starting with
+    ``= + - @``, tab or CR gets a leading ``'``, which spreadsheets show as text and hide. Cells
+    that already start with quotes before such a character get one more, so that
+    :func:`from_spreadsheet_cell` gives back exactly what was stored, whatever it was.
+    """
+    if isinstance(value, str) and value.lstrip("'").startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def from_spreadsheet_cell(value: str) -> str:
+    """The stored value of an exported cell: :func:`spreadsheet_cell` undone.
+
+    Only a ``'`` before a formula character (after any further quotes) is taken off, so a
+    name like ``'t Hooft`` from another program's CSV is read as it is written.
+    """
+    if value.startswith("'") and value.lstrip("'").startswith(FORMULA_START):
+        return value[1:]
+    return value
 
 
 def votes_text(votes: Sequence[Vote]) -> str:
@@ -64,12 +95,12 @@ def csv_rows(store: Store, status: SubscriberStatus | None = None) -> Iterator[l
 
 def write_csv(store: Store, out: TextIO, status: SubscriberStatus | None = None) -> int:
     """Write the export (header row, then one row per subscriber) to ``out``; returns how many
-    subscribers it holds."""
+    subscribers it holds. Cells that would be formulas are written as text (:func:`spreadsheet_cell`)."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_FIELDS)
     count = 0
     for row in csv_rows(store, status):
-        writer.writerow(row)
+        writer.writerow([spreadsheet_cell(cell) for cell in row])
         count += 1
     return count
 

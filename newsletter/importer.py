@@ -4,7 +4,8 @@ Each batch of rows is validated in Python, looked up with two statements (who is
 said no in any letter case) and added in one transaction, so a million-row import costs a few
 thousand statements rather than several per row. The consent rules are those of one-by-one adds
 (:func:`newsletter.subscribe.consent_block`): an address that unsubscribed, was suppressed or
-erased is never made active by an import.
+erased is never made active by an import. A cell that starts with ``'`` and then a formula
+character (``'=...``, as the export and spreadsheets write one) is read without that quote.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.config import Config
 from newsletter.errors import NewsletterError
+from newsletter.exporter import from_spreadsheet_cell
 from newsletter.models import Frequency, NewSubscriber, SubscriberStatus
 from newsletter.store import Store
 from newsletter.subscribe import (
@@ -111,7 +113,11 @@ def import_csv(
         for raw in reader:
             line, end = end + 1, reader.line_num  # a quoted field may span lines: its first
             report.rows += 1
-            row = _parse(service, path, line, raw, default_topics, report, choices)
+            # An export writes a cell a spreadsheet would run as `'=...`: read what was stored.
+            cells = {
+                k: from_spreadsheet_cell(v) if isinstance(v, str) else v for k, v in raw.items()
+            }
+            row = _parse(service, path, line, cells, default_topics, report, choices)
             if row is not None:
                 batch.append(row)
             if len(batch) >= BATCH:

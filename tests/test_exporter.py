@@ -69,7 +69,7 @@ def test_the_export_has_the_header_and_one_row_per_subscriber_with_votes(store: 
     )
     assert (ada["send_hour"], ada["frequency"]) == ("8", "weekly")
     assert ada["confirmed"] == NOW.isoformat()
-    assert ada["votes"] == "-2611.00002 +2611.00001"  # newest first
+    assert ada["votes"] == "'-2611.00002 +2611.00001"  # newest first; ' : not a formula
     assert (rows[1]["status"], rows[1]["send_hour"], rows[1]["votes"]) == ("paused", "", "")
     assert rows[2]["status"] == "unsubscribed"
 
