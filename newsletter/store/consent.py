@@ -22,6 +22,10 @@ from newsletter.models import (
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
 
+_SAVE_ATTEMPTS = 5
+"""How often a preferences save starts again when the status changed between its read and its
+write (each time means another request changed it just then)."""
+
 
 class ConsentStore(StoreBase):
     """Confirmation, preferences, unsubscribing, the consent record and rate limits."""
@@ -107,34 +111,48 @@ class ConsentStore(StoreBase):
         everything else. ``timezone`` and ``name`` are left as they are when ``None``.
 
         Only an active or paused subscriber can be changed; returns ``None`` otherwise.
+
+        The row is written only if its status is still the one read: an unsubscribe committed
+        between the read and the write (another request, another process) must stick, and a
+        save that turns "paused" into "active" must not undo it. When the status changed in
+        between, the save starts again from the new status.
         """
-        with self.engine.begin() as conn:
-            status = conn.execute(
-                select(t.subscribers.c.status).where(t.subscribers.c.id == subscriber_id)
-            ).scalar()
-            live = (SubscriberStatus.ACTIVE.value, SubscriberStatus.PAUSED.value)
-            if status not in live:
-                return None
-            values: dict[str, Any] = {"send_hour": send_hour, "frequency": frequency.value}
-            if timezone is not None:
-                values["timezone"] = timezone
-            if name is not None:
-                values["name"] = name
-            wanted = (SubscriberStatus.PAUSED if paused else SubscriberStatus.ACTIVE).value
-            if wanted != status:
-                values.update(status=wanted, status_changed=now)
-            conn.execute(
-                update(t.subscribers).where(t.subscribers.c.id == subscriber_id).values(**values)
-            )
-            conn.execute(
-                delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
-            )
-            if topics:
+        live = (SubscriberStatus.ACTIVE.value, SubscriberStatus.PAUSED.value)
+        for _ in range(_SAVE_ATTEMPTS):
+            with self.engine.begin() as conn:
+                status = conn.execute(
+                    select(t.subscribers.c.status).where(t.subscribers.c.id == subscriber_id)
+                ).scalar()
+                if status not in live:
+                    return None
+                values: dict[str, Any] = {"send_hour": send_hour, "frequency": frequency.value}
+                if timezone is not None:
+                    values["timezone"] = timezone
+                if name is not None:
+                    values["name"] = name
+                wanted = (SubscriberStatus.PAUSED if paused else SubscriberStatus.ACTIVE).value
+                if wanted != status:
+                    values.update(status=wanted, status_changed=now)
+                written = conn.execute(
+                    update(t.subscribers)
+                    .where(t.subscribers.c.id == subscriber_id, t.subscribers.c.status == status)
+                    .values(**values)
+                ).rowcount
+                if written != 1:
+                    continue  # changed since it was read: read it again
                 conn.execute(
-                    t.subscriptions.insert(),
-                    [{"subscriber_id": subscriber_id, "topic": tp} for tp in dict.fromkeys(topics)],
+                    delete(t.subscriptions).where(t.subscriptions.c.subscriber_id == subscriber_id)
                 )
-        return self.subscriber_by_id(subscriber_id)
+                if topics:
+                    conn.execute(
+                        t.subscriptions.insert(),
+                        [
+                            {"subscriber_id": subscriber_id, "topic": tp}
+                            for tp in dict.fromkeys(topics)
+                        ],
+                    )
+            return self.subscriber_by_id(subscriber_id)
+        return None  # the status kept changing under us; the caller says it could not save
 
     def unsubscribe_id(self, subscriber_id: int, now: datetime) -> bool:
         """Mark a subscriber unsubscribed (idempotent). True when the status changed just now."""
