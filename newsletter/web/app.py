@@ -24,7 +24,7 @@ from newsletter.subscribe import Clock, Subscriptions
 from newsletter.web import api, ops, pages, webhooks
 from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
-from newsletter.web.security import security_headers
+from newsletter.web.security import security_headers, slash_redirects
 
 log = logging.getLogger(__name__)
 
@@ -78,4 +78,5 @@ def create_app(
     app.include_router(pages.router)
     app.include_router(api.router)
     webhooks.install(app, config.settings.bounces, store, now)
+    slash_redirects(app.router, config.settings.sender.base_url)  # not to the client's Host
     return app

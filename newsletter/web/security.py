@@ -1,4 +1,4 @@
-"""CSRF tokens for forms, security headers, and the client address.
+"""CSRF tokens for forms, security headers, the client address, and slash redirects.
 
 CSRF: a random value in a ``SameSite=Strict`` HttpOnly cookie, and in each form a signed copy
 of it (purpose ``csrf``, valid for hours). A forged cross-site POST carries neither. Links
@@ -13,6 +13,9 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request, Response
+from fastapi.responses import RedirectResponse
+from starlette.routing import Match, Router
+from starlette.types import Receive, Scope, Send
 
 from newsletter.tokens import Purpose, TokenError, Tokens
 
@@ -88,3 +91,33 @@ async def security_headers(
     h.setdefault("Permissions-Policy", "interest-cohort=()")
     h.setdefault("Cache-Control", "no-store")
     return response
+
+
+def slash_redirects(router: Router, base_url: str) -> None:
+    """Answer ``/subscribe/`` with a redirect to ``/subscribe`` (and the reverse) on ``base_url``.
+
+    Starlette's own ``redirect_slashes`` builds the ``Location`` from the request's ``Host``
+    header, which the client chooses: ``Host: evil.example`` was sent back as
+    ``http://evil.example/subscribe`` to whatever follows or caches the redirect. This one
+    points at the configured public URL (``sender.base_url``, as every mailed link does), keeps
+    the query, and redirects only to a path a route serves.
+    """
+    router.redirect_slashes = False
+    fallback = router.default
+    base = base_url.rstrip("/")
+
+    async def default(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in ("", "/") and not path.startswith("//"):
+            other = path.rstrip("/") if path.endswith("/") else path + "/"
+            elsewhere = {**scope, "path": other}
+            if other.startswith("/") and any(
+                route.matches(elsewhere)[0] is not Match.NONE for route in router.routes
+            ):
+                query = scope.get("query_string", b"").decode("latin-1")
+                location = f"{base}{other}" + (f"?{query}" if query else "")
+                await RedirectResponse(location, status_code=307)(scope, receive, send)
+                return
+        await fallback(scope, receive, send)
+
+    router.default = default
