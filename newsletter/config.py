@@ -71,6 +71,9 @@ MAKE_SECRET_KEY = 'python3 -c "import secrets; print(secrets.token_urlsafe(48))"
 PUBLISHED_SECRET_KEYS = frozenset(
     {
         "change-me-to-a-long-random-string",  # deploy/compose.yaml until 2026-11
+        "bench-deliver-secret-0123456789abcd",  # bench/ scripts until 2026-11
+        "bench-import-secret-0123456789abcdefgh",
+        "bench-scale-secret-0123456789abcdefgh",
     }
 )
 #: Text that marks a key as written for a reader to replace, compared in lower case with the

@@ -24,6 +24,7 @@ from newsletter.cli import cli
 from newsletter.config import (
     MAKE_SECRET_KEY,
     MIN_SECRET_KEY_LENGTH,
+    PUBLISHED_SECRET_KEYS,
     load_config,
     secret_key_problem,
 )
@@ -170,6 +171,10 @@ def test_serve_refuses_the_old_compose_key_in_one_line_that_says_how_to_make_one
     assert len(lines) == 1, result.output
     assert f"${ENV}" in lines[0] and "published" in lines[0]
     assert 'python3 -c "import secrets; print(secrets.token_urlsafe(48))"' in lines[0]
+
+    # So are the keys the bench scripts shipped, in the environment or the config file.
+    for key in PUBLISHED_SECRET_KEYS:
+        assert "published" in (secret_key_problem(key) or ""), key
 
     # The same key in the config file is refused when the file is loaded, naming the line.
     monkeypatch.delenv(ENV)
