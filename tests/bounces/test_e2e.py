@@ -180,7 +180,8 @@ def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
     day = edition["edition"]
     assert f'newsletter_edition_hard_bounce_rate{{edition="{day}"}} 0.5' in metrics
     assert f'newsletter_edition_sent{{edition="{day}"}} 2.0' in metrics
-    assert 'newsletter_bounce_events_today{kind="hard"} 2.0' in metrics  # one real, one forged
+    # the real one; the forged one is only in the named reader's history (issue 27)
+    assert 'newsletter_bounce_events_today{kind="hard"} 1.0' in metrics
 
 
 def test_a_complaint_through_inbound_suppresses_at_once(
