@@ -139,3 +139,33 @@ def test_the_per_host_limit_defaults() -> None:
 
     settings = BounceSettings()
     assert (settings.per_host, settings.per_host_window, MAX_RECIPIENTS) == (500, 3600, 10)
+
+
+def test_every_report_format_is_read_for_10_recipients() -> None:
+    """The cap holds for the other two formats too: an abuse report (ARF) listing many
+    Original-Rcpt-To, and a plain-text bounce that flufl.bounce reads addresses from."""
+    from newsletter.bounces.parse import parse_report
+    from tests.bounces.helpers import fixture as bounce_fixture
+
+    many = [f"r{i}@example.net" for i in range(300)]
+    arf = (
+        bounce_fixture("arf-abuse.eml")
+        .replace(b"\r\n", b"\n")
+        .replace(
+            b"Original-Rcpt-To: <reader@example.net>\n",
+            b"".join(f"Original-Rcpt-To: <{a}>\n".encode() for a in many),
+        )
+    )
+    parsed = parse_report(arf, recipients=[BOUNCES], verp=None, now=NOW)
+    assert [e.address for e in parsed.events] == many[:10] and parsed.dropped == 290
+
+    text = (
+        b"From: MAILER-DAEMON@mx.example.net\nTo: bounces@papers.example.org\n"
+        b"Subject: Mail delivery failed: returning message to sender\n\n"
+        b"This message was created automatically by mail delivery software.\n\n"
+        b"A message that you sent could not be delivered to one or more of its\n"
+        b"recipients. This is a permanent error. The following address(es) failed:\n\n"
+        + b"".join(f"  {a}\n    550 5.1.1 User unknown\n".encode() for a in many)
+    )
+    parsed = parse_report(text, recipients=[BOUNCES], verp=None, now=NOW)
+    assert len(parsed.events) == 10 and parsed.dropped == 290
