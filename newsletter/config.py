@@ -14,6 +14,7 @@ trusted settings); most of its length is field declarations and their validators
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -671,6 +672,18 @@ class WebSettings(_Strict):
     """The admin endpoint (POST /admin/send) is enabled when this variable holds a token."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     """The largest request body the web app reads (forms, JSON); a larger one is answered 413."""
+    metrics_listen: str | None = None
+    """``HOST:PORT`` on a loopback address (e.g. ``127.0.0.1:9464``): ``newsletter serve`` also
+    serves the Prometheus metrics there, without a token, for a scraper on the same machine.
+    Unset: only ``GET /metrics`` with the admin token (``admin_token_env``) serves them."""
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _metrics_listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host, port = loopback_listen(value)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     @field_validator("secret_key")
     @classmethod
@@ -685,6 +698,31 @@ class WebSettings(_Strict):
     def admin_token(self) -> str | None:
         """The admin token from the environment variable ``admin_token_env``, or ``None``."""
         return os.environ.get(self.admin_token_env) or None
+
+
+def loopback_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0: any free one) on a loopback address, as
+    ``(host, port)``; ``ValueError`` (one line) otherwise. Loopback only: the metrics listener
+    has no token, so it must not be reachable from the network (a scraper elsewhere uses
+    ``GET /metrics`` with the admin token)."""
+    host, sep, port_text = value.strip().rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (like 127.0.0.1:9464)")
+    host = host.removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: the host must be a loopback IP address (127.0.0.1 or [::1])"
+        ) from None
+    if not ip.is_loopback:
+        raise ValueError(
+            f"{value!r} is not a loopback address: the metrics listener has no token; to "
+            "scrape from another host use GET /metrics with the admin token"
+        )
+    return str(ip), int(port_text)
 
 
 class RateLimitSettings(_Strict):

@@ -14,7 +14,11 @@ most ``email_confirmations_per_address`` confirmations), and ``inbound.max_per_h
 Dropped commands are logged and accepted (``250``), so a forger learns nothing.
 
 With ``bounces.enabled``, mail to the bounce address (plain or its VERP ``bounces+token`` form)
-is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or suppress).
+is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or suppress), at most
+``bounces.per_host`` messages per sending host (counted like commands) per
+``bounces.per_host_window``. Past that a bounce is refused with ``451 4.7.1`` rather than
+dropped: a real relay tries again later, and the refusal depends on the host alone, so it
+tells nothing about the addresses the message names.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging
 import re
 from email import message_from_bytes, policy
 from email.message import EmailMessage
+from email.parser import BytesHeaderParser
 from email.utils import getaddresses
 from typing import Any
 
@@ -126,6 +131,13 @@ def sending_host(msg: EmailMessage, peer: str, trusted: list[str]) -> str:
         return str(ipaddress.ip_address(m.group(1)))
     except ValueError:
         return peer
+
+
+def _headers(data: bytes) -> EmailMessage:
+    """The header block of a message (for its ``Received:`` lines), the body left unparsed."""
+    msg = BytesHeaderParser(policy=policy.default).parsebytes(data)
+    assert isinstance(msg, EmailMessage)
+    return msg
 
 
 def handle_message(
@@ -230,8 +242,18 @@ class InboundHandler:
         if self.bounces is not None:
             bounced = [r for r in envelope.rcpt_tos if self.bounces.accepts(r)]
             if bounced:
-                origin = f"{envelope.mail_from or '<>'} via {peer}"
+                host = sending_host(_headers(data), peer, self.settings.trusted_relays)
+                origin = f"{envelope.mail_from or '<>'} via {host}"
                 try:
+                    allowed = await loop.run_in_executor(None, self.bounces.allow_host, host)
+                    if not allowed:
+                        log.warning(
+                            "inbound: host %s over its limit (bounces.per_host); "
+                            "bounce message from %s refused",
+                            client_network(host),
+                            envelope.mail_from or "<>",
+                        )
+                        return "451 4.7.1 too many bounce messages from your host; try again later"
                     await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
                 except NewsletterError as e:  # the database (a StoreError), not the mail
                     log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))

@@ -2,7 +2,8 @@
 
 The web app (uvicorn, in the main thread, which owns the signal handlers), the scheduler
 (APScheduler background threads: fetches and the edition tick) and, when ``inbound.address``
-is configured, the email-command receiver. SIGTERM or Ctrl-C stops uvicorn; the send loop is
+is configured, the email-command receiver; with ``web.metrics_listen``, the metrics on a
+loopback port. SIGTERM or Ctrl-C stops uvicorn; the send loop is
 then told to stop, finishes the message in flight, and the scheduler is shut down waiting for
 it, so the ledger is left consistent.
 """
@@ -20,6 +21,7 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
+from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError, listen_error
@@ -98,6 +100,7 @@ def run_service(
     import uvicorn
 
     from newsletter.web import create_app
+    from newsletter.web.metrics import listener as metrics_listener
 
     stop = threading.Event()
     jobs = make_jobs(config, store, stop)
@@ -117,6 +120,9 @@ def run_service(
     )
     with ExitStack() as stack:
         sock = stack.enter_context(listen(host, port))
+        metrics = metrics_listener(config, store, utcnow)  # web.metrics_listen, when set
+        if metrics is not None:
+            stack.enter_context(metrics)
         if config.settings.inbound.address:
             from newsletter.inbound import InboundServer
             from newsletter.subscribe import Subscriptions

@@ -186,7 +186,7 @@ def test_an_unknown_key_in_a_topic_suggests_and_names_the_topic(tmp_path: Path) 
 
 
 def test_a_source_removed_from_the_config_drops_out_of_status_and_metrics(
-    tmp_path: Path, db_url: str
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import json
 
@@ -222,9 +222,11 @@ def test_a_source_removed_from_the_config_drops_out_of_status_and_metrics(
     config = load_config(path)
     store = Store(config.database_url)
     try:
+        monkeypatch.setenv("NEWSLETTER_ADMIN_TOKEN", "an-admin-token-for-metrics-0123456789")
         with TestClient(create_app(config, store, None)) as client:
-            metrics = client.get("/metrics").text
-        assert 'newsletter_source_consecutive_failures{source="kept-broken"} 1' in metrics
+            auth = {"Authorization": "Bearer an-admin-token-for-metrics-0123456789"}
+            metrics = client.get("/metrics", headers=auth).text
+        assert 'newsletter_source_consecutive_failures{source="kept-broken"} 1.0' in metrics
         assert 'source="gone"' not in metrics
         # The history stays in the database: put 'gone' back and it is reported again.
         assert "gone" in {s.source for s in store.all_source_states()}

@@ -18,7 +18,9 @@ subscriber (which only that mailbox and the relays on the way ever saw). Anythin
 such as a bounce mailed straight to the plain bounce address naming someone else, is stored
 in the subscriber's history as unverified and changes nothing, unless the operator sets
 ``bounces.trust_unverified`` (for relays that return neither). A forged bounce therefore
-cannot unsubscribe anyone.
+cannot unsubscribe anyone. Nor does it show anywhere but that history: only a subscriber has
+one to store it in, so every count (``/metrics``, ``status``, the rate alerts) leaves
+unverified events out, or it would tell a subscriber's address from a stranger's.
 """
 
 from __future__ import annotations

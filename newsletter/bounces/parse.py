@@ -26,7 +26,7 @@ import email
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from email.message import Message
 from email.parser import HeaderParser
@@ -46,6 +46,10 @@ _MAX_DIAGNOSTIC = 300
 #: Permanent (5.x.x) codes that say nothing bad about the address itself: the mailbox is full,
 #: the message too big, the receiving system is out of order. They count as soft bounces.
 SOFT_PERMANENT = frozenset({"5.2.2", "5.2.3", "5.3.1", "5.3.4", "5.4.5"})
+MAX_RECIPIENTS = 10
+"""Recipients read from one report; the rest are dropped (and counted in ``Parsed.dropped``).
+Each digest has one recipient, so a real report names one (a relay's digest of several
+bounces a handful); a report naming a thousand would be a thousand subscriber look-ups."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,8 @@ class Parsed:
     """The verified VERP token the message was addressed to, if any."""
     forged: bool = False
     """The message was addressed to a VERP form of the bounce address whose token is invalid."""
+    dropped: int = 0
+    """Recipients past :data:`MAX_RECIPIENTS` that were not read."""
 
 
 def clean(text: str, limit: int = _MAX_DIAGNOSTIC) -> str:
@@ -174,9 +180,9 @@ def parse_report(
         log.debug("bounce parse failed", exc_info=True)
         parsed = Parsed((), refusal=f"unreadable report ({type(e).__name__}: {clean(str(e))})")
     if parsed.token is None and token is not None:
-        parsed = Parsed(parsed.events, parsed.refusal, token, forged)
+        parsed = replace(parsed, token=token, forged=forged)
     elif forged:
-        parsed = Parsed(parsed.events, parsed.refusal, parsed.token, True)
+        parsed = replace(parsed, forged=True)
     return parsed
 
 
@@ -209,6 +215,7 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
     original = _original_headers(msg)
     message_id = _message_id(original)
     events: dict[str, BounceEvent] = {}
+    dropped: set[str] = set()
     saw_status_part = False
     malformed: list[str] = []
     for part in msg.walk():
@@ -228,6 +235,9 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
             status = _status_of(str(block.get("Status", ""))) or _status_of(diagnostic)
             kind = classify(action, status, diagnostic)
             if kind is None:
+                continue
+            if len(events) >= MAX_RECIPIENTS and address.lower() not in events:
+                dropped.add(address.lower())
                 continue
             events[address.lower()] = _event(
                 kind,
@@ -252,6 +262,9 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
         address = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
         if "@" not in address or address.lower() in events:
             continue
+        if len(events) >= MAX_RECIPIENTS:
+            dropped.add(address.lower())
+            continue
         status = _status_near(body, address)
         events[address.lower()] = _event(
             classify("failed", status, "") or EventKind.HARD,
@@ -264,7 +277,7 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
             message_id=message_id,
         )
     if events:
-        return Parsed(tuple(events.values()), token=token)
+        return Parsed(tuple(events.values()), token=token, dropped=len(dropped))
     if saw_status_part or _report_type(msg) == "delivery-status":
         if malformed:
             why = f"blocks without a usable Final-Recipient/Action: {', '.join(malformed[:3])}"
@@ -351,7 +364,9 @@ def _arf(msg: Message, verp: Verp | None, now: datetime) -> Parsed:
     ]
     if not addresses and original is not None:
         addresses = [a for _, a in getaddresses([str(v) for v in original.get_all("To", [])])]
-    addresses = [a for a in addresses if "@" in a]
+    addresses = list(dict.fromkeys(a for a in addresses if "@" in a))
+    dropped = max(0, len(addresses) - MAX_RECIPIENTS)
+    addresses = addresses[:MAX_RECIPIENTS]
     if not addresses and token is None:
         return Parsed((), refusal="ARF report names no recipient (no Original-Rcpt-To, no To)")
     agent = clean(str(fields.get("User-Agent", "")), 80)
@@ -368,4 +383,4 @@ def _arf(msg: Message, verp: Verp | None, now: datetime) -> Parsed:
         )
         for address in (addresses or [""])
     )
-    return Parsed(events, token=token)
+    return Parsed(events, token=token, dropped=dropped)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from newsletter.alerts import alert
 from newsletter.bounces.decide import BounceDecider, Decision, Outcome
-from newsletter.bounces.parse import Parsed, clean, parse_report
+from newsletter.bounces.parse import MAX_RECIPIENTS, Parsed, clean, parse_report
 from newsletter.bounces.report import RATE_DAYS, alerts_for
 from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
@@ -22,6 +22,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.services import Services
 from newsletter.store import Store
+from newsletter.subscribe import client_network
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,16 @@ class BounceReceiver:
         """Whether mail to ``recipient`` is a bounce for us (the address or its VERP form)."""
         return is_bounce_address(recipient, self.verp.address)
 
+    def allow_host(self, host: str) -> bool:
+        """Count one message from ``host`` (the sending host; IPv6 by its /64); False when it
+        is over ``bounces.per_host`` per ``per_host_window`` (then nothing is counted)."""
+        return self.store.hit_rate(
+            f"bounce-host:{client_network(host)}"[:120],
+            self.now(),
+            window=timedelta(seconds=self.settings.per_host_window),
+            limit=self.settings.per_host,
+        )
+
     def receive(self, data: bytes, recipients: Sequence[str], origin: str = "") -> Received:
         """Parse one message and apply its events. ``origin``: for log lines (peer, mailbox)."""
         parsed = parse_report(data, recipients=recipients, verp=self.verp, now=self.now())
@@ -93,6 +104,13 @@ class BounceReceiver:
             log.warning(
                 "bounces: message%s to a VERP address with an invalid token (forged?)",
                 f" from {clean(origin, 120)}" if origin else "",
+            )
+        if parsed.dropped:
+            log.warning(
+                "bounces: message%s names more than %d recipients; %d more dropped unread",
+                f" from {clean(origin, 120)}" if origin else "",
+                MAX_RECIPIENTS,
+                parsed.dropped,
             )
         if parsed.refusal:
             log.warning(

@@ -102,35 +102,6 @@ def days_json(days: dict[date, dict[str, int]]) -> list[dict[str, Any]]:
     return [{"day": d.isoformat(), **counts} for d, counts in days.items()]
 
 
-def prometheus_lines(rates: list[EditionRates], today: dict[str, int]) -> list[str]:
-    """Prometheus text lines: today's events by kind, and each recent edition's rates."""
-    lines = [
-        "# HELP newsletter_bounce_events_today Bounce, complaint and unsubscribe events received "
-        "today (UTC), by kind.",
-        "# TYPE newsletter_bounce_events_today gauge",
-    ]
-    for kind in ("hard", "soft", "complaint", "unsubscribe"):
-        lines.append(f'newsletter_bounce_events_today{{kind="{kind}"}} {today.get(kind, 0)}')
-    lines += [
-        "# HELP newsletter_edition_sent Digests sent per recent edition date.",
-        "# TYPE newsletter_edition_sent gauge",
-    ]
-    hard = [
-        "# HELP newsletter_edition_hard_bounce_rate Share of an edition's digests that hard-bounced.",
-        "# TYPE newsletter_edition_hard_bounce_rate gauge",
-    ]
-    complaints = [
-        "# HELP newsletter_edition_complaint_rate Share of an edition's digests reported as spam.",
-        "# TYPE newsletter_edition_complaint_rate gauge",
-    ]
-    for r in rates:
-        label = f'{{edition="{r.edition.isoformat()}"}}'
-        lines.append(f"newsletter_edition_sent{label} {r.sent}")
-        hard.append(f"newsletter_edition_hard_bounce_rate{label} {r.rate(r.hard):.6f}")
-        complaints.append(f"newsletter_edition_complaint_rate{label} {r.rate(r.complaints):.6f}")
-    return lines + hard + complaints
-
-
 def rate_lines(rates: list[EditionRates]) -> list[str]:
     """``newsletter status``'s lines: one per edition with anything sent or reported."""
     return [

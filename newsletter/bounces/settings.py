@@ -70,6 +70,12 @@ class BounceSettings(_Strict):
     """Alert when complaints exceed this share of an edition (0.1%)."""
     hard_bounce_rate_alert: float = Field(default=0.02, ge=0, le=1)
     """Alert when hard bounces exceed this share of an edition (2%)."""
+    per_host: int = Field(default=500, ge=1)
+    """Messages to the bounce address one sending host (an IPv6 one by its /64; behind a
+    trusted relay, the host its ``Received:`` header names, as for email commands) may hand
+    ``newsletter inbound`` per ``per_host_window`` seconds; past it the message is refused
+    with ``451 4.7.1`` (a real relay tries again later) and nothing of it is read."""
+    per_host_window: int = Field(default=3600, ge=1)
     imap: ImapSettings | None = None
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     """The providers' webhooks (:mod:`newsletter.bounces.webhooks`)."""

@@ -334,8 +334,8 @@ class BounceStore:
         ]
 
     def edition_rates(self, since: date) -> list[EditionRates]:
-        """Per edition date from ``since``: digests sent, and the subscribers with a hard
-        bounce, a soft bounce or a complaint about that edition (each counted once)."""
+        """Per edition date from ``since``: digests sent, and the subscribers with a verified
+        hard bounce, soft bounce or complaint about that edition (each counted once)."""
         e = bounce_events
         with self.engine.connect() as conn:
             sent: dict[date, int] = {
@@ -353,7 +353,7 @@ class BounceStore:
                 (d, k): n
                 for d, k, n in conn.execute(
                     select(e.c.edition, e.c.kind, func.count(func.distinct(e.c.subscriber_id)))
-                    .where(e.c.edition >= since)
+                    .where(e.c.edition >= since, e.c.verified.is_(True))
                     .group_by(e.c.edition, e.c.kind)
                 ).all()
             }
@@ -370,12 +370,19 @@ class BounceStore:
         ]
 
     def events_per_day(self, since: datetime) -> dict[date, dict[str, int]]:
-        """Events received per UTC day since ``since``, by kind."""
+        """Verified events received per UTC day since ``since``, by kind.
+
+        Unverified reports (stored only in the named subscriber's history) are left out: a
+        forged report about a stranger stores nothing, so counting them here would tell
+        whoever sees these numbers (``/metrics``) that the address it named is a subscriber.
+        """
         e = bounce_events
         out: dict[date, dict[str, int]] = {}
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(e.c.received_at, e.c.kind).where(e.c.received_at >= since)
+                select(e.c.received_at, e.c.kind).where(
+                    e.c.received_at >= since, e.c.verified.is_(True)
+                )
             ).all()
         for at, kind in rows:
             day = out.setdefault(at.date(), {})

@@ -510,12 +510,14 @@ class Bounces(Protocol):
         ...
 
     def edition_rates(self, since: date) -> list[EditionRates]:
-        """Per edition date from ``since``: digests sent, and the subscribers with a hard bounce, a
-        soft bounce or a complaint about that edition (each counted once)."""
+        """Per edition date from ``since``: digests sent, and the subscribers with a verified hard
+        bounce, soft bounce or complaint about that edition (each counted once)."""
         ...
 
     def events_per_day(self, since: datetime) -> dict[date, dict[str, int]]:
-        """Events received per UTC day since ``since``, by kind."""
+        """Verified events received per UTC day since ``since``, by kind (unverified ones are
+        only in the subscriber's history: counted, they would tell a subscriber from a
+        stranger)."""
         ...
 
 

@@ -24,6 +24,7 @@ from newsletter.subscribe import Clock, Subscriptions
 from newsletter.web import api, ops, pages, webhooks
 from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
+from newsletter.web.metrics import registry as metrics_registry
 from newsletter.web.security import security_headers, slash_redirects
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ def create_app(
         openapi_url="/api/openapi.json",
     )
     app.state.web = ctx
+    app.state.metrics = metrics_registry(config, store, now)  # GET /metrics (with the token)
     app.add_exception_handler(RequestValidationError, request_validation_handler)
     # Added first, so it runs inside the security headers: a 413 carries them too.
     app.add_middleware(BodyLimit, max_bytes=config.settings.web.max_body_bytes)

@@ -1,21 +1,20 @@
-"""Operations endpoints: /metrics (Prometheus text format) and the admin send trigger."""
+"""Operations endpoints: /metrics (Prometheus text format) and the admin send trigger, both
+behind the admin token (``web.admin_token_env``)."""
 
 from __future__ import annotations
 
 import hmac
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse
+from prometheus_client.registry import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from newsletter.bounces import report as bounce_report
-from newsletter.models import EditionStatus, SubscriberStatus
-from newsletter.store import Store
 from newsletter.web.context import WebContext
 from newsletter.web.limits import validation_problem
+from newsletter.web.metrics import CONTENT_TYPE, exposition
 
 if TYPE_CHECKING:
     from newsletter.edition import SendRequest
@@ -28,92 +27,30 @@ def _ctx(request: Request) -> WebContext:
     return ctx
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+def _require_admin(ctx: WebContext, request: Request, what: str) -> None:
+    """Refuse the request unless it carries the admin token: 404 when no token is set (the
+    route is off), 401 when the ``Authorization: Bearer`` header is missing or wrong."""
+    expected = ctx.config.settings.web.admin_token()
+    if expected is None:
+        raise HTTPException(404, f"{what} (set the admin token variable)")
+    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
 
 
-def prometheus_text(snapshot: dict[str, Any]) -> str:
-    """The counts of :meth:`Store.ops_snapshot` in the Prometheus text format."""
-    lines = [
-        "# HELP newsletter_subscribers Subscribers by status.",
-        "# TYPE newsletter_subscribers gauge",
-    ]
-    subs = snapshot["subscribers"]
-    for status in SubscriberStatus:
-        lines.append(
-            f'newsletter_subscribers{{status="{status.value}"}} {subs.get(status.value, 0)}'
-        )
-    lines += [
-        "# HELP newsletter_editions_today Today's editions (UTC date) by ledger status.",
-        "# TYPE newsletter_editions_today gauge",
-    ]
-    eds = snapshot["editions_today"]
-    for st in EditionStatus:
-        lines.append(f'newsletter_editions_today{{status="{st.value}"}} {eds.get(st.value, 0)}')
-    lines += [
-        "# HELP newsletter_papers Papers stored.",
-        "# TYPE newsletter_papers gauge",
-        f"newsletter_papers {snapshot['papers']}",
-        "# HELP newsletter_last_run_timestamp_seconds When the last run of each kind finished.",
-        "# TYPE newsletter_last_run_timestamp_seconds gauge",
-    ]
-    ok_lines = [
-        "# HELP newsletter_last_run_ok 1 if the last run of each kind succeeded.",
-        "# TYPE newsletter_last_run_ok gauge",
-    ]
-    dur_lines = [
-        "# HELP newsletter_last_run_duration_seconds Duration of the last run of each kind.",
-        "# TYPE newsletter_last_run_duration_seconds gauge",
-    ]
-    for kind, run in sorted(snapshot["last_runs"].items()):
-        when = run["finished"] or run["started"]
-        lines.append(
-            f'newsletter_last_run_timestamp_seconds{{kind="{_label(kind)}"}} {when.timestamp():.0f}'
-        )
-        ok_lines.append(
-            f'newsletter_last_run_ok{{kind="{_label(kind)}"}} {1 if run["status"] == "ok" else 0}'
-        )
-        if run["duration"] is not None:
-            dur_lines.append(
-                f'newsletter_last_run_duration_seconds{{kind="{_label(kind)}"}} {run["duration"]:.3f}'
-            )
-    lines += ok_lines + dur_lines
-    if "interrupted_runs" in snapshot:
-        lines += [
-            "# HELP newsletter_runs_interrupted Runs still recorded as running whose process is "
-            "gone (killed); the next run records them as interrupted.",
-            "# TYPE newsletter_runs_interrupted gauge",
-            f"newsletter_runs_interrupted {snapshot['interrupted_runs']}",
-        ]
-    lines += [
-        "# HELP newsletter_source_consecutive_failures Failed fetches in a row, per failing source.",
-        "# TYPE newsletter_source_consecutive_failures gauge",
-    ]
-    for source, failures, _ in snapshot["failing_sources"]:
-        lines.append(
-            f'newsletter_source_consecutive_failures{{source="{_label(source)}"}} {failures}'
-        )
-    return "\n".join(lines) + "\n"
-
-
-@router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
-def metrics(request: Request) -> PlainTextResponse:
-    """Prometheus metrics: subscribers, editions, runs and deliverability."""
+@router.get("/metrics", include_in_schema=False, response_model=None)
+def metrics(request: Request) -> Response:
+    """Prometheus metrics: subscribers, editions, runs and deliverability; with the admin token
+    only (they tell subscriber counts and failing sources). A scraper on the same machine can
+    use ``web.metrics_listen`` instead (:mod:`newsletter.web.metrics`)."""
     ctx = _ctx(request)
-    from newsletter.runs import count_interrupted
-
-    snapshot = ctx.store.ops_snapshot(ctx.now().date(), ctx.config.settings.fetched_sources())
-    snapshot["interrupted_runs"] = count_interrupted(ctx.store, ctx.now())
-    text = prometheus_text(snapshot) + deliverability_text(ctx.store, ctx.now())
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
-
-
-def deliverability_text(store: Store, now: datetime) -> str:
-    """Bounce and complaint metrics: today's events by kind, recent editions' rates."""
-    rates = store.edition_rates(now.date() - timedelta(days=bounce_report.RATE_DAYS))
-    today = store.events_per_day(now.replace(hour=0, minute=0, second=0, microsecond=0))
-    lines = bounce_report.prometheus_lines(rates, today.get(now.date(), {}))
-    return "\n".join(lines) + "\n"
+    _require_admin(
+        ctx,
+        request,
+        "/metrics needs the admin token, which is not set; or use web.metrics_listen",
+    )
+    reg: CollectorRegistry = request.app.state.metrics
+    return Response(exposition(reg), media_type=CONTENT_TYPE)
 
 
 class SendBody(BaseModel):
@@ -133,12 +70,7 @@ async def admin_send(request: Request, response: Response) -> dict[str, Any] | J
     (no ``to``, not ``dry_run``) with ``workers:`` configured queues the edition's chunks for
     the workers and answers 202 at once."""
     ctx = _ctx(request)
-    expected = ctx.config.settings.web.admin_token()
-    if expected is None:
-        raise HTTPException(404, "the admin endpoint is disabled (set the admin token variable)")
-    given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
+    _require_admin(ctx, request, "the admin endpoint is disabled")
     raw = await request.body()
     if not raw.strip():
         return validation_problem([{"loc": ("body",), "msg": "a JSON object is required"}])

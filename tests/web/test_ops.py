@@ -1,4 +1,4 @@
-"""Operations endpoints: /healthz, /metrics, and the token-protected admin send trigger."""
+"""Operations endpoints: /healthz, and the token-protected /metrics and admin send trigger."""
 
 from __future__ import annotations
 
@@ -18,23 +18,35 @@ def test_healthz(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
+METRICS_TOKEN = "a-metrics-test-admin-token-0123456789"
+
+
+@pytest.fixture
+def admin(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The admin token set; the header that carries it (GET /metrics needs it)."""
+    monkeypatch.setenv("NEWSLETTER_ADMIN_TOKEN", METRICS_TOKEN)
+    return {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
 def test_metrics_in_prometheus_text_format(
-    client: TestClient, web_config: Config, web_store: Store
+    client: TestClient, web_config: Config, web_store: Store, admin: dict[str, str]
 ) -> None:
     web_store.add_subscriber("a@example.org", topics=["gpu-kernels"], now=NOW)
     web_store.add_subscriber("b@example.org", topics=["gpu-kernels"], now=NOW)
     run_fetch(web_config, web_store, NOW)
-    r = client.get("/metrics")
+    r = client.get("/metrics", headers=admin)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
-    assert 'newsletter_subscribers{status="active"} 2' in text
-    assert re.search(r"^newsletter_papers 30$", text, re.M)
+    assert 'newsletter_subscribers{status="active"} 2.0' in text
+    assert re.search(r"^newsletter_papers 30.0$", text, re.M)
     for line in text.splitlines():  # every sample line is `name{labels} value`
         if not line.startswith("#"):
             assert re.match(r'^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9.e+]+$', line), line
 
 
-def test_metrics_count_runs_whose_process_is_gone(client: TestClient, web_store: Store) -> None:
+def test_metrics_count_runs_whose_process_is_gone(
+    client: TestClient, web_store: Store, admin: dict[str, str]
+) -> None:
     import os
 
     from newsletter.clock import utcnow
@@ -43,8 +55,8 @@ def test_metrics_count_runs_whose_process_is_gone(client: TestClient, web_store:
     # a run of an earlier incarnation of this pid (a killed process), and one alive (this one)
     web_store.start_run("send", utcnow(), owner=f"{HOST}:{os.getpid()}:0dead000.run")
     web_store.start_run("send", utcnow(), owner=run_owner())
-    text = client.get("/metrics").text
-    assert re.search(r"^newsletter_runs_interrupted 1$", text, re.M), text
+    text = client.get("/metrics", headers=admin).text
+    assert re.search(r"^newsletter_runs_interrupted 1.0$", text, re.M), text
 
 
 def test_admin_send_is_off_without_a_token(client: TestClient) -> None:
