@@ -351,7 +351,7 @@ class Subscriptions:
     def links(self, subscriber: Subscriber) -> Links:
         """The subscriber's manage and unsubscribe links."""
         base = self.settings.sender.base_url
-        payload = {"s": subscriber.id, "e": subscriber.email}
+        payload = {"s": subscriber.id, "h": self.tokens.binding(subscriber.email)}
         return Links(
             manage=f"{base}/manage/{self.tokens.make(Purpose.MANAGE, payload)}",
             unsubscribe=f"{base}/unsubscribe/{self.tokens.make(Purpose.UNSUBSCRIBE, payload)}",
@@ -366,7 +366,7 @@ class Subscriptions:
         if not isinstance(data, dict) or not isinstance(data.get("s"), int):
             raise TokenError("this link is not valid")
         sub = self.store.subscriber_by_id(data["s"])
-        if sub is None or sub.email != data.get("e"):
+        if sub is None or not self.tokens.made_for(data, sub.email):
             return None  # erased, or the id now belongs to someone else
         return sub
 
@@ -387,8 +387,9 @@ class Subscriptions:
         sub = self.store.subscriber_by_id(sid)
         if sub is None:
             return None, day
-        if "e" in data:
-            return (sub if sub.email == data["e"] else None), day
+        made_for = self.tokens.made_for(data, sub.email)
+        if made_for is not None:
+            return (sub if made_for else None), day
         # A link made before view links named the address: good only if this subscriber
         # already existed when it was signed (an id reused later belongs to someone else).
         return (sub if sub.created < signed + timedelta(seconds=1) else None), day
