@@ -65,3 +65,17 @@ def test_a_family_makes_whole_tokens_that_read_back_like_made_ones(
     with pytest.raises(TokenError) as e:
         later.read(purpose, token)
     assert e.value.expired
+
+
+def test_a_binding_stands_for_an_address_without_showing_it() -> None:
+    tokens = Tokens("secret", now=lambda: NOW)
+    binding = tokens.binding("Ada@Example.org")
+    assert len(binding) == 14 and "ada" not in binding.casefold()
+    assert binding == tokens.binding("ada@example.org")  # letter case ignored
+    assert binding != tokens.binding("bob@example.org")
+    assert binding != Tokens("another secret").binding("ada@example.org")
+    assert tokens.made_for({"s": 1, "h": binding}, "ADA@example.org") is True
+    assert tokens.made_for({"s": 1, "h": binding}, "bob@example.org") is False
+    assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "ada@example.org") is True  # old
+    assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "bob@example.org") is False
+    assert tokens.made_for({"s": 1}, "ada@example.org") is None
