@@ -34,9 +34,9 @@ class FeedbackLinks:
     run, a reader's part once per digest, so a link costs one short HMAC.
     """
 
-    def __init__(self, tokens: Tokens, base_url: str) -> None:
+    def __init__(self, tokens: Tokens, base_url: str, signed_at: datetime | None = None) -> None:
         self._tokens = tokens
-        self._family = tokens.family(Purpose.FEEDBACK)
+        self._family = tokens.family(Purpose.FEEDBACK, signed_at)
         self.prefix = f"{base_url}/feedback/"
         self._tails: dict[tuple[str, int, str], TokenTail] = {}
 
@@ -94,11 +94,13 @@ class FeedbackRequest:
     paper_key: str
     value: int
     topic: str | None
+    signed: datetime
+    """When the token was signed: links the page hands out are signed as of then."""
 
 
 def read_token(tokens: Tokens, token: str) -> FeedbackRequest:
     """The request a feedback token carries. Raises :class:`TokenError` (tampered, expired)."""
-    data = tokens.read(Purpose.FEEDBACK, token)
+    data, signed = tokens.read_signed(Purpose.FEEDBACK, token)
     if not isinstance(data, dict):
         raise TokenError("this link is not valid")
     sid, key, value = data.get("s"), data.get("p"), data.get("v")
@@ -112,7 +114,7 @@ def read_token(tokens: Tokens, token: str) -> FeedbackRequest:
         or not (topic is None or isinstance(topic, str))
     ):
         raise TokenError("this link is not valid")
-    return FeedbackRequest(sid, reader, key, int(value), topic)
+    return FeedbackRequest(sid, reader, key, int(value), topic, signed)
 
 
 class FeedbackError(SubscriberError):

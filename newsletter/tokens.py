@@ -129,12 +129,21 @@ class Tokens:
             self._serializers[purpose] = serializer
         return serializer
 
-    def family(self, purpose: Purpose) -> TokenFamily:
-        """A maker of many tokens of ``purpose`` whose payloads share a head (see the class)."""
-        return TokenFamily(self.secret, purpose, int(self._now().timestamp()))
+    def family(self, purpose: Purpose, signed_at: datetime | None = None) -> TokenFamily:
+        """A maker of many tokens of ``purpose`` whose payloads share a head (see the class),
+        signed now or as of ``signed_at`` (see :meth:`make`)."""
+        when = self._now() if signed_at is None else signed_at
+        return TokenFamily(self.secret, purpose, int(when.timestamp()))
 
-    def make(self, purpose: Purpose, payload: Any) -> str:
-        """A signed token carrying ``payload`` for ``purpose``."""
+    def make(self, purpose: Purpose, payload: Any, signed_at: datetime | None = None) -> str:
+        """A signed token carrying ``payload`` for ``purpose``.
+
+        ``signed_at``: sign it as of then, so it expires when a token signed then does. A page
+        reached by one link hands out other links signed as of that link, never newer: a
+        year-old feedback link must not yield a manage link that a 90-day one could not.
+        """
+        if signed_at is not None:
+            return self.family(purpose, signed_at).make(payload)
         return str(self._serializer(purpose).dumps(payload))
 
     def read(self, purpose: Purpose, token: str, max_age: timedelta | None = None) -> Any:
