@@ -79,3 +79,14 @@ def test_a_binding_stands_for_an_address_without_showing_it() -> None:
     assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "ada@example.org") is True  # old
     assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "bob@example.org") is False
     assert tokens.made_for({"s": 1}, "ada@example.org") is None
+
+
+def test_a_token_signed_as_of_another_expires_with_it() -> None:
+    tokens = Tokens("secret", now=lambda: NOW)
+    signed = NOW - timedelta(days=80)
+    token = tokens.make(Purpose.MANAGE, {"s": 1}, signed)
+    assert tokens.read_signed(Purpose.MANAGE, token) == ({"s": 1}, signed)
+    later = Tokens("secret", now=lambda: NOW + timedelta(days=11))
+    with pytest.raises(TokenError) as e:
+        later.read(Purpose.MANAGE, token)
+    assert e.value.expired
