@@ -1,7 +1,8 @@
 """Learning from the reader: "more like this" and "less like this" votes on papers.
 
 Every item of a digest carries two signed links, ``{base_url}/feedback/{token}``; a token names
-the reader (id and address, like manage and unsubscribe tokens), the paper's key, the vote
+the reader (id and a binding to the address, like manage and unsubscribe tokens; see
+:mod:`newsletter.tokens`), the paper's key, the vote
 (+1 more, -1 less) and the digest section's topic. Link scanners open every link in a mail, so
 opening one changes nothing: the page asks for one click (a POST), which stores the vote. The
 same votes come from ``newsletter feedback`` on the command line and are withdrawn from the
@@ -33,14 +34,18 @@ class FeedbackLinks:
     run, a reader's part once per digest, so a link costs one short HMAC.
     """
 
-    def __init__(self, tokens: Tokens, base_url: str) -> None:
-        self._family = tokens.family(Purpose.FEEDBACK)
+    def __init__(self, tokens: Tokens, base_url: str, signed_at: datetime | None = None) -> None:
+        self._tokens = tokens
+        self._family = tokens.family(Purpose.FEEDBACK, signed_at)
         self.prefix = f"{base_url}/feedback/"
         self._tails: dict[tuple[str, int, str], TokenTail] = {}
 
-    def for_subscriber(self, subscriber: Subscriber) -> ReaderLinks:
-        """The feedback links of one reader's digest."""
-        head = self._family.head({"s": subscriber.id, "e": subscriber.email})
+    def for_subscriber(self, subscriber: Subscriber, binding: str | None = None) -> ReaderLinks:
+        """The feedback links of one reader's digest (``binding``: their address's
+        :meth:`Tokens.binding`, when the caller has it already)."""
+        if binding is None:
+            binding = self._tokens.binding(subscriber.email)
+        head = self._family.head({"s": subscriber.id, "h": binding})
         return ReaderLinks(self, head)
 
     def tail(self, paper_key: str, value: int, topic: str) -> TokenTail:
@@ -83,28 +88,33 @@ class FeedbackRequest:
     """What a feedback token says: who votes which way on which paper, from which section."""
 
     subscriber_id: int
-    email: str
+    reader: dict[str, str]
+    """What names the reader's address: ``{"h": binding}``, or ``{"e": address}`` in links
+    made before bindings (:meth:`Tokens.made_for` reads both)."""
     paper_key: str
     value: int
     topic: str | None
+    signed: datetime
+    """When the token was signed: links the page hands out are signed as of then."""
 
 
 def read_token(tokens: Tokens, token: str) -> FeedbackRequest:
     """The request a feedback token carries. Raises :class:`TokenError` (tampered, expired)."""
-    data = tokens.read(Purpose.FEEDBACK, token)
+    data, signed = tokens.read_signed(Purpose.FEEDBACK, token)
     if not isinstance(data, dict):
         raise TokenError("this link is not valid")
-    sid, email, key, value = data.get("s"), data.get("e"), data.get("p"), data.get("v")
+    sid, key, value = data.get("s"), data.get("p"), data.get("v")
+    reader = {k: data[k] for k in ("h", "e") if isinstance(data.get(k), str)}
     topic = data.get("t")
     if (
         not isinstance(sid, int)
-        or not isinstance(email, str)
+        or len(reader) != 1
         or not isinstance(key, str)
         or value not in (MORE, LESS)
         or not (topic is None or isinstance(topic, str))
     ):
         raise TokenError("this link is not valid")
-    return FeedbackRequest(sid, email, key, int(value), topic)
+    return FeedbackRequest(sid, reader, key, int(value), topic, signed)
 
 
 class FeedbackError(SubscriberError):
@@ -154,7 +164,7 @@ class Feedback:
             raise TokenError("no key to check links with")
         req = read_token(self.tokens, token)
         sub = self.store.subscriber_by_id(req.subscriber_id)
-        if sub is not None and sub.email != req.email:
+        if sub is not None and not self.tokens.made_for(req.reader, sub.email):
             sub = None  # erased, and the id reused by another address
         paper = self.store.paper_by_key(req.paper_key)
         current = None

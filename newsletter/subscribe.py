@@ -50,7 +50,7 @@ from newsletter.models import Frequency, Subscriber, SubscriberStatus
 from newsletter.render import make_environment
 from newsletter.services import Services
 from newsletter.store import Store
-from newsletter.tokens import Purpose, TokenError, signing_key
+from newsletter.tokens import MAX_AGE, Purpose, TokenError, signing_key
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class Outcome(StrEnum):
     UNSUBSCRIBE_SENT = "unsubscribe_sent"
     NOT_SUBSCRIBED_SENT = "not_subscribed_sent"
     REPLY_SENT = "reply_sent"
+    NOT_SUBSCRIBED = "not_subscribed"
+    """Nothing was sent: the address does not get the digest (no links to mail)."""
     LIMITED = "limited"
     """The address (or the sending host) had too many requests recently: nothing was sent."""
 
@@ -348,14 +350,29 @@ class Subscriptions:
 
     # ------------------------------------------------------------ links
 
-    def links(self, subscriber: Subscriber) -> Links:
-        """The subscriber's manage and unsubscribe links."""
+    def links(self, subscriber: Subscriber, signed_at: datetime | None = None) -> Links:
+        """The subscriber's manage and unsubscribe links (signed now, or as of ``signed_at``:
+        see :meth:`links_as_of`)."""
         base = self.settings.sender.base_url
-        payload = {"s": subscriber.id, "e": subscriber.email}
+        payload = {"s": subscriber.id, "h": self.tokens.binding(subscriber.email)}
+        manage = self.tokens.make(Purpose.MANAGE, payload, signed_at)
+        unsubscribe = self.tokens.make(Purpose.UNSUBSCRIBE, payload, signed_at)
         return Links(
-            manage=f"{base}/manage/{self.tokens.make(Purpose.MANAGE, payload)}",
-            unsubscribe=f"{base}/unsubscribe/{self.tokens.make(Purpose.UNSUBSCRIBE, payload)}",
+            manage=f"{base}/manage/{manage}", unsubscribe=f"{base}/unsubscribe/{unsubscribe}"
         )
+
+    def links_as_of(self, subscriber: Subscriber, signed_at: datetime) -> Links | None:
+        """The manage and unsubscribe links a page reached by a view or feedback link signed at
+        ``signed_at`` may show: signed as of then, so they expire when the ones mailed with it
+        did; ``None`` once those have expired (the page offers to mail fresh ones instead).
+
+        View and feedback links live a year, manage links 90 days: a page must not turn an old
+        link of one purpose into a new link of a stronger one.
+        """
+        now = self.now()
+        if any(signed_at + MAX_AGE[p] <= now for p in (Purpose.MANAGE, Purpose.UNSUBSCRIBE)):
+            return None
+        return self.links(subscriber, signed_at)
 
     def subscriber_for(self, purpose: Purpose, token: str) -> Subscriber | None:
         """The subscriber a manage or unsubscribe token names; ``None`` if they were erased.
@@ -366,13 +383,14 @@ class Subscriptions:
         if not isinstance(data, dict) or not isinstance(data.get("s"), int):
             raise TokenError("this link is not valid")
         sub = self.store.subscriber_by_id(data["s"])
-        if sub is None or sub.email != data.get("e"):
+        if sub is None or not self.tokens.made_for(data, sub.email):
             return None  # erased, or the id now belongs to someone else
         return sub
 
-    def view_for(self, token: str) -> tuple[Subscriber | None, date]:
-        """The subscriber and day a "view in browser" token names; ``None`` when the address
-        it was made for is no longer that subscriber's (erased; the id is someone else's).
+    def view_for(self, token: str) -> tuple[Subscriber | None, date, datetime]:
+        """The subscriber and day a "view in browser" token names, and when it was signed;
+        ``None`` when the address it was made for is no longer that subscriber's (erased; the
+        id is someone else's).
 
         Raises :class:`TokenError` for a tampered, foreign or expired token.
         """
@@ -386,12 +404,13 @@ class Subscriptions:
             raise TokenError("this link is not valid") from e
         sub = self.store.subscriber_by_id(sid)
         if sub is None:
-            return None, day
-        if "e" in data:
-            return (sub if sub.email == data["e"] else None), day
+            return None, day, signed
+        made_for = self.tokens.made_for(data, sub.email)
+        if made_for is not None:
+            return (sub if made_for else None), day, signed
         # A link made before view links named the address: good only if this subscriber
         # already existed when it was signed (an id reused later belongs to someone else).
-        return (sub if sub.created < signed + timedelta(seconds=1) else None), day
+        return (sub if sub.created < signed + timedelta(seconds=1) else None), day, signed
 
     # ------------------------------------------------------------ requests
 
@@ -424,13 +443,7 @@ class Subscriptions:
             return Outcome.LIMITED
         now = self.now()
         if existing is not None and live:
-            self._send(
-                address,
-                "Your subscription",
-                "web/mail/manage.txt",
-                {"links": self.links(existing), "subscriber": existing},
-                reply=reply,
-            )
+            self._send_links(existing, reply=reply)
             return Outcome.MANAGE_SENT
         payload = {
             "e": address,
@@ -455,6 +468,26 @@ class Subscriptions:
             reply=reply,
         )
         return Outcome.CONFIRM_SENT
+
+    def _send_links(self, subscriber: Subscriber, *, reply: bool = False) -> None:
+        self._send(
+            subscriber.email,
+            "Your subscription",
+            "web/mail/manage.txt",
+            {"links": self.links(subscriber), "subscriber": subscriber},
+            reply=reply,
+        )
+
+    def mail_links(self, subscriber: Subscriber) -> Outcome:
+        """Mail fresh manage and unsubscribe links to a live subscriber's own address (asked
+        from a page whose links are too old to hand out, :meth:`links_as_of`); counts against
+        ``per_address`` like any request. Raises ``DeliveryError``/``RelayError``."""
+        if subscriber.status not in LIVE:
+            return Outcome.NOT_SUBSCRIBED
+        if not self._allow_mail(subscriber.email):
+            return Outcome.LIMITED
+        self._send_links(subscriber)
+        return Outcome.MANAGE_SENT
 
     def check_confirmation(self, token: str) -> dict[str, Any]:
         """Read a confirmation link without using it; raises :class:`TokenError` for a bad or

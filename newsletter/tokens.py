@@ -5,6 +5,13 @@ not an unsubscribe link and no token is valid for another purpose. Each purpose 
 maximum age (:data:`MAX_AGE`): confirmation links expire after days, unsubscribe links keep
 working for months after the mail that carried them. The clock is replaceable (``now``), so
 tests can age a token without waiting.
+
+Links name a subscriber by id and by a *binding* (:meth:`Tokens.binding`), never by address:
+URLs end up in web-server and proxy logs, link scanners and forwarded mail. The binding is a
+short keyed hash of the address the link was made for; the server recomputes it from the
+subscriber's current address (:meth:`Tokens.made_for`), so the link of an erased subscriber,
+whose id another address might hold, leads nowhere. Confirmation links are the exception: they
+carry the address because nothing is stored before the subscription is confirmed.
 """
 
 from __future__ import annotations
@@ -12,11 +19,12 @@ from __future__ import annotations
 import binascii
 import contextlib
 import hashlib
+import hmac
 import json
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -54,6 +62,9 @@ MAX_AGE: dict[Purpose, timedelta] = {
 #: A token signed up to this far in the future (another machine's clock is ahead) is accepted.
 CLOCK_SKEW = timedelta(minutes=5)
 
+_BINDING = b"link-binding:"
+"""What a binding's HMAC starts with: it is not the key's other uses (rate-limit keys)."""
+
 
 class TokenError(NewsletterError, ValueError):
     """A token is tampered with, for another purpose, or expired (``expired`` says which)."""
@@ -84,6 +95,30 @@ class Tokens:
         self._signer = _Signer
         self._now = now
         self._serializers: dict[Purpose, URLSafeTimedSerializer] = {}
+        self._binding = hmac.new(secret.encode(), _BINDING, hashlib.sha256)
+
+    def binding(self, email: str) -> str:
+        """What a link carries instead of the address it was made for: the first 10 bytes of
+        HMAC-SHA256(key, ``link-binding:`` + the address, letter case folded), 14 characters.
+
+        Opaque without the key, and long enough that a link made for one address does not
+        match another (2^-80); the signature over the whole token keeps it from being forged.
+        """
+        h = self._binding.copy()
+        h.update(email.casefold().encode())
+        return _b64(h.digest()[:10]).decode()
+
+    def made_for(self, payload: Mapping[str, Any], email: str) -> bool | None:
+        """Whether a link's payload names ``email``: its binding ``h``, or the address ``e``
+        itself in links made before bindings (they keep working until they expire); ``None``
+        when it names neither (view links made before those named the address)."""
+        binding = payload.get("h")
+        if isinstance(binding, str):
+            return hmac.compare_digest(binding.encode(), self.binding(email).encode())
+        address = payload.get("e")
+        if isinstance(address, str):
+            return hmac.compare_digest(address.encode(), email.encode())
+        return None
 
     def _serializer(self, purpose: Purpose) -> URLSafeTimedSerializer:
         serializer = self._serializers.get(purpose)
@@ -94,12 +129,21 @@ class Tokens:
             self._serializers[purpose] = serializer
         return serializer
 
-    def family(self, purpose: Purpose) -> TokenFamily:
-        """A maker of many tokens of ``purpose`` whose payloads share a head (see the class)."""
-        return TokenFamily(self.secret, purpose, int(self._now().timestamp()))
+    def family(self, purpose: Purpose, signed_at: datetime | None = None) -> TokenFamily:
+        """A maker of many tokens of ``purpose`` whose payloads share a head (see the class),
+        signed now or as of ``signed_at`` (see :meth:`make`)."""
+        when = self._now() if signed_at is None else signed_at
+        return TokenFamily(self.secret, purpose, int(when.timestamp()))
 
-    def make(self, purpose: Purpose, payload: Any) -> str:
-        """A signed token carrying ``payload`` for ``purpose``."""
+    def make(self, purpose: Purpose, payload: Any, signed_at: datetime | None = None) -> str:
+        """A signed token carrying ``payload`` for ``purpose``.
+
+        ``signed_at``: sign it as of then, so it expires when a token signed then does. A page
+        reached by one link hands out other links signed as of that link, never newer: a
+        year-old feedback link must not yield a manage link that a 90-day one could not.
+        """
+        if signed_at is not None:
+            return self.family(purpose, signed_at).make(payload)
         return str(self._serializer(purpose).dumps(payload))
 
     def read(self, purpose: Purpose, token: str, max_age: timedelta | None = None) -> Any:

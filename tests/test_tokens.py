@@ -65,3 +65,28 @@ def test_a_family_makes_whole_tokens_that_read_back_like_made_ones(
     with pytest.raises(TokenError) as e:
         later.read(purpose, token)
     assert e.value.expired
+
+
+def test_a_binding_stands_for_an_address_without_showing_it() -> None:
+    tokens = Tokens("secret", now=lambda: NOW)
+    binding = tokens.binding("Ada@Example.org")
+    assert len(binding) == 14 and "ada" not in binding.casefold()
+    assert binding == tokens.binding("ada@example.org")  # letter case ignored
+    assert binding != tokens.binding("bob@example.org")
+    assert binding != Tokens("another secret").binding("ada@example.org")
+    assert tokens.made_for({"s": 1, "h": binding}, "ADA@example.org") is True
+    assert tokens.made_for({"s": 1, "h": binding}, "bob@example.org") is False
+    assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "ada@example.org") is True  # old
+    assert tokens.made_for({"s": 1, "e": "ada@example.org"}, "bob@example.org") is False
+    assert tokens.made_for({"s": 1}, "ada@example.org") is None
+
+
+def test_a_token_signed_as_of_another_expires_with_it() -> None:
+    tokens = Tokens("secret", now=lambda: NOW)
+    signed = NOW - timedelta(days=80)
+    token = tokens.make(Purpose.MANAGE, {"s": 1}, signed)
+    assert tokens.read_signed(Purpose.MANAGE, token) == ({"s": 1}, signed)
+    later = Tokens("secret", now=lambda: NOW + timedelta(days=11))
+    with pytest.raises(TokenError) as e:
+        later.read(Purpose.MANAGE, token)
+    assert e.value.expired

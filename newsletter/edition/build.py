@@ -126,17 +126,17 @@ class EditionBuilder:
     def links(self, subscriber: Subscriber, edition_date: date) -> DigestLinks:
         """The subscriber's unsubscribe, manage, view and feedback links for the edition."""
         base = self.settings.sender.base_url
-        unsub = self.tokens.make(Purpose.UNSUBSCRIBE, {"s": subscriber.id, "e": subscriber.email})
-        manage = self.tokens.make(Purpose.MANAGE, {"s": subscriber.id, "e": subscriber.email})
-        view = self.tokens.make(
-            Purpose.VIEW,
-            {"s": subscriber.id, "e": subscriber.email, "d": edition_date.isoformat()},
-        )
+        # The id and the address's binding, never the address (see newsletter.tokens).
+        binding = self.tokens.binding(subscriber.email)
+        reader = {"s": subscriber.id, "h": binding}
+        unsub = self.tokens.make(Purpose.UNSUBSCRIBE, reader)
+        manage = self.tokens.make(Purpose.MANAGE, reader)
+        view = self.tokens.make(Purpose.VIEW, {**reader, "d": edition_date.isoformat()})
         return DigestLinks(
             unsubscribe=f"{base}/unsubscribe/{unsub}",
             manage=f"{base}/manage/{manage}",
             view=f"{base}/archive/view/{view}",
-            feedback=self.feedback.for_subscriber(subscriber),
+            feedback=self.feedback.for_subscriber(subscriber, binding),
         )
 
     def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:

@@ -26,8 +26,8 @@ from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.feedback import Ballot, Feedback, FeedbackError, FeedbackLinks
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import DigestLinks
-from newsletter.subscribe import InvalidRequest, LinkUsed
-from newsletter.tokens import Purpose, TokenError
+from newsletter.subscribe import InvalidRequest, LinkUsed, Outcome
+from newsletter.tokens import MAX_AGE, Purpose, TokenError
 from newsletter.web.archive import render_sent_edition
 from newsletter.web.context import WebContext, web_context
 from newsletter.web.security import (
@@ -406,7 +406,8 @@ def _feedback_page(
         more=ballot.request.value > 0,
         paper=ballot.paper,
         subscriber=ballot.subscriber,
-        links=ctx.service.links(ballot.subscriber),
+        links=ctx.service.links_as_of(ballot.subscriber, ballot.request.signed),
+        mail_links=f"/feedback/{token}/links",
         csrf=csrf_field(ctx.service.tokens, cookie),
     )
     set_csrf_cookie(request, response, cookie)
@@ -449,6 +450,68 @@ def _feedback_sync(ctx: WebContext, request: Request, token: str, undo: bool) ->
     return _feedback_page(ctx, request, token, ballot, name)
 
 
+@router.post("/feedback/{token}/links", response_class=HTMLResponse)
+async def feedback_mail_links(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    """Mail fresh manage and unsubscribe links to the reader (the feedback page offers this
+    when its own links are too old to hand out)."""
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return _stale_form(ctx)
+    return await run_in_threadpool(_feedback_mail_links_sync, ctx, token)
+
+
+def _feedback_mail_links_sync(ctx: WebContext, token: str) -> HTMLResponse:
+    try:
+        ballot = _feedback(ctx).ballot(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    return _mail_links(ctx, ballot.subscriber)
+
+
+def _mail_links(ctx: WebContext, sub: Subscriber | None) -> HTMLResponse:
+    """Mail a reader fresh manage and unsubscribe links, to their own address only."""
+    if sub is None:
+        return message(
+            ctx,
+            "Not subscribed",
+            "This address is no longer subscribed (its data was erased).",
+            410,
+            subscribe_link=True,
+        )
+    try:
+        outcome = ctx.service.mail_links(sub)
+    except RelayError as e:
+        log.error("cannot mail fresh links: %s", e)
+        return message(
+            ctx, "Please try again later", "We could not send mail just now. Please try later.", 503
+        )
+    except DeliveryError as e:
+        log.warning("fresh links refused by the relay: %s", e)
+        outcome = Outcome.MANAGE_SENT  # the same answer as when it went out
+    if outcome is Outcome.NOT_SUBSCRIBED:
+        return message(
+            ctx,
+            "You are not subscribed",
+            "This address does not get the digest any more. You can subscribe again.",
+            200,
+            subscribe_link=True,
+        )
+    if outcome is Outcome.LIMITED:
+        return message(
+            ctx,
+            "Too many requests",
+            "A link was mailed to you recently: please check your inbox, or try again later.",
+            429,
+        )
+    return message(
+        ctx,
+        "Check your inbox",
+        "We mailed a link to manage your subscription, or to unsubscribe, to the address the "
+        "digest goes to.",
+        200,
+    )
+
+
 # ---------------------------------------------------------------------------- unsubscribe
 
 
@@ -480,16 +543,19 @@ def unsubscribe_now(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
 def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     """A sent digest as its reader got it ("view in browser")."""
     try:
-        sub, day = ctx.service.view_for(token)
+        sub, day, signed = ctx.service.view_for(token)
     except TokenError as e:
         return token_problem(ctx, e, "view-in-browser")
     html = None
     if sub is not None:
-        own = ctx.service.links(sub)
-        feedback = FeedbackLinks(ctx.service.tokens, ctx.config.settings.sender.base_url)
+        # Links as old as this one, or none: a year-old view link opens no manage page.
+        base = ctx.config.settings.sender.base_url
+        own = ctx.service.links_as_of(sub, signed)
+        ask = f"{base}/archive/view/{token}/links"  # "mail me fresh links" instead
+        feedback = FeedbackLinks(ctx.service.tokens, base, signed)
         links = DigestLinks(
-            unsubscribe=own.unsubscribe,
-            manage=own.manage,
+            unsubscribe=ask if own is None else own.unsubscribe,
+            manage=ask if own is None else own.manage,
             feedback=feedback.for_subscriber(sub),
         )
         html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sub.id, day, links)
@@ -498,6 +564,43 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     response = HTMLResponse(html)
     response.headers["Content-Security-Policy"] = CSP_DIGEST
     return response
+
+
+@router.get("/archive/view/{token}/links", response_class=HTMLResponse)
+def archive_view_links(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
+    """Where an old "view in browser" page's manage and unsubscribe links lead: one button
+    that mails the reader fresh ones (a GET sends nothing)."""
+    try:
+        ctx.service.view_for(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "view-in-browser")
+    cookie = csrf_cookie_value(request)
+    response = page(
+        ctx,
+        "mail_links.html",
+        action=f"/archive/view/{token}/links",
+        days=MAX_AGE[Purpose.MANAGE].days,
+        csrf=csrf_field(ctx.service.tokens, cookie),
+    )
+    set_csrf_cookie(request, response, cookie)
+    return response
+
+
+@router.post("/archive/view/{token}/links", response_class=HTMLResponse)
+async def archive_view_mail_links(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
+    """Mail fresh manage and unsubscribe links to the reader of an old "view in browser" page."""
+    form = await request.form()
+    if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
+        return _stale_form(ctx)
+    return await run_in_threadpool(_view_mail_links_sync, ctx, token)
+
+
+def _view_mail_links_sync(ctx: WebContext, token: str) -> HTMLResponse:
+    try:
+        sub, _, _ = ctx.service.view_for(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "view-in-browser")
+    return _mail_links(ctx, sub)
 
 
 @router.get("/archive", response_class=HTMLResponse)

@@ -1,0 +1,196 @@
+"""Issue 27, item 10: links never carry the reader's address.
+
+Every link of a real digest (sent through a real SMTP server) and of the "your subscription"
+mail names the reader by id and a keyed binding; the server checks the binding against the
+subscriber's current address. Links made before (with the address) keep working until they
+expire; a link whose binding is not the current holder's address (an erased reader's id now
+held by someone else) is refused. Real app, SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from email.message import Message
+from urllib.parse import unquote
+
+from fastapi.testclient import TestClient
+
+from newsletter.clock import utcnow
+from newsletter.config import Config
+from newsletter.ingest import run_fetch
+from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.store import Store
+from newsletter.store import tables as t
+from newsletter.subscribe import Choices, Outcome, Subscriptions
+from newsletter.tokens import Purpose
+from tests.conftest import SmtpServer
+from tests.sends import run_send
+from tests.web.conftest import BASE, Clock
+
+ADDRESS = "Ada.Lovelace@example.org"
+URL = re.compile(r"https?://[^\s\"'<>]+")
+KINDS = ("manage", "unsubscribe", "feedback", "archive/view")
+
+
+def parts(msg: Message) -> dict[str, str]:
+    """The decoded text of every text part, by content type."""
+    out = {}
+    for part in msg.walk():
+        if part.get_content_maintype() == "text":
+            payload = part.get_payload(decode=True)
+            assert isinstance(payload, bytes)
+            out[part.get_content_type()] = payload.decode(part.get_content_charset() or "utf-8")
+    return out
+
+
+def payload_of(url: str) -> str:
+    """The decoded payload part of a link's token (what anyone who sees the URL can read)."""
+    token = unquote(url).rsplit("/", 1)[-1]
+    first = token.lstrip(".").split(".")[0]
+    return base64.urlsafe_b64decode(first + "=" * (-len(first) % 4)).decode("utf-8", "replace")
+
+
+def assert_no_address(urls: list[str], address: str) -> None:
+    local = address.split("@")[0].casefold()
+    for url in urls:
+        readable = (unquote(url).removeprefix(BASE) + payload_of(url)).casefold()
+        assert address.casefold() not in readable, url
+        assert local not in readable and "example" not in readable, url
+
+
+def token_links(text: str) -> list[str]:
+    urls = [u.replace("&amp;", "&") for u in URL.findall(text)]
+    return [u for u in urls if any(u.startswith(f"{BASE}/{k}/") for k in KINDS)]
+
+
+def sent_digest(smtp: SmtpServer, address: str) -> Message:
+    [digest] = [m for m in smtp.messages_to(address) if m["List-Id"]]
+    return digest
+
+
+def send_to_ada(web_config: Config, web_store: Store, clock: Clock) -> Subscriber:
+    clock.t = utcnow()  # digests sign their links on the real clock
+    ada, _ = web_store.add_subscriber(ADDRESS, topics=["gpu-kernels"], now=clock())
+    run_fetch(web_config, web_store, clock())
+    assert run_send(web_config, web_store, clock()).sent == 1
+    return ada
+
+
+def test_no_link_of_a_sent_digest_or_a_subscription_mail_carries_the_address(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+    clock: Clock,
+) -> None:
+    ada = send_to_ada(web_config, web_store, clock)
+    digest = sent_digest(smtp_server, ada.email)
+    found = {kind: token_links(text) for kind, text in parts(digest).items()}
+    assert set(found) == {"text/plain", "text/html"}
+    for text in parts(digest).values():  # no URL at all names the reader
+        assert all(ada.email.casefold() not in unquote(u).casefold() for u in URL.findall(text))
+    for urls in found.values():
+        kinds = {k for u in urls for k in KINDS if u.startswith(f"{BASE}/{k}/")}
+        assert kinds == set(KINDS)  # every kind of link is there, and checked
+        assert_no_address(urls, ada.email)
+    header = [u.strip("<>") for u in str(digest["List-Unsubscribe"]).split(",")]
+    https = [u for u in header if u.startswith("https://")]
+    assert https and https[0].startswith(f"{BASE}/unsubscribe/")
+    assert_no_address(https, ada.email)
+
+    # They work: each opens the reader's own page (binding checked on the server).
+    text = parts(digest)["text/plain"]
+    for kind in ("manage", "archive/view", "feedback", "unsubscribe"):
+        url = next(u for u in token_links(text) if u.startswith(f"{BASE}/{kind}/"))
+        r = client.get(url.removeprefix(BASE))
+        assert r.status_code == 200, (kind, r.text)
+
+    # The "your subscription" mail (a subscribed address asks again) names no address either.
+    choices = Choices(("gpu-kernels",), "UTC", None)
+    assert service.request(ada.email, choices, via="test", origin="test") is Outcome.MANAGE_SENT
+    mail = smtp_server.messages_to(ada.email)[-1]
+    urls = token_links(parts(mail)["text/plain"])
+    assert {u.split("/")[3] for u in urls} == {"manage", "unsubscribe"}
+    assert_no_address(urls, ada.email)
+
+
+def test_links_that_carry_the_address_keep_working_until_they_expire(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+    clock: Clock,
+) -> None:
+    ada = send_to_ada(web_config, web_store, clock)
+    [day] = web_store.sent_edition_dates(5)
+    text = parts(sent_digest(smtp_server, ada.email))["text/plain"]
+    voted = next(u for u in token_links(text) if u.startswith(f"{BASE}/feedback/"))
+    paper = json.loads(payload_of(voted))["p"]
+    old = {"s": ada.id, "e": ada.email}
+    tokens = service.tokens
+    manage = tokens.make(Purpose.MANAGE, old)
+    r = client.get(f"/manage/{manage}")
+    assert r.status_code == 200 and 'name="topics"' in r.text
+    view = tokens.make(Purpose.VIEW, {**old, "d": day.isoformat()})
+    assert client.get(f"/archive/view/{view}").status_code == 200
+    feedback = tokens.make(Purpose.FEEDBACK, {**old, "p": paper, "v": 1})
+    r = client.get(f"/feedback/{feedback}")
+    assert r.status_code == 200 and "More papers like this?" in r.text
+    unsubscribe = tokens.make(Purpose.UNSUBSCRIBE, old)
+    assert client.post(f"/unsubscribe/{unsubscribe}").status_code == 200
+    gone = web_store.subscriber_by_id(ada.id)
+    assert gone is not None and gone.status is SubscriberStatus.UNSUBSCRIBED
+
+
+def test_a_link_bound_to_another_address_is_refused(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+    clock: Clock,
+) -> None:
+    ada = send_to_ada(web_config, web_store, clock)
+    text = parts(sent_digest(smtp_server, ada.email))["text/plain"]
+    mailed = {
+        kind: next(u for u in token_links(text) if u.startswith(f"{BASE}/{kind}/"))
+        for kind in KINDS
+    }
+    assert service.forget(ada.email)
+    # Ada's id given to Bob (ids are never reused today; this is what the binding guards).
+    with web_store.engine.begin() as conn:
+        conn.execute(
+            t.subscribers.insert().values(
+                id=ada.id,
+                email="bob@example.org",
+                name="",
+                status="active",
+                timezone="UTC",
+                created=clock(),
+                status_changed=clock(),
+                permanent_failures=0,
+            )
+        )
+        conn.execute(t.subscriptions.insert().values(subscriber_id=ada.id, topic="gpu-kernels"))
+    r = client.get(mailed["manage"].removeprefix(BASE))
+    assert r.status_code == 400 and "bob@example.org" not in r.text
+    r = client.get(mailed["feedback"].removeprefix(BASE))
+    assert r.status_code == 410 and "bob@example.org" not in r.text
+    r = client.get(mailed["archive/view"].removeprefix(BASE))
+    assert r.status_code == 404 and "bob@example.org" not in r.text
+    assert client.post(mailed["unsubscribe"].removeprefix(BASE)).status_code == 200
+    bob = web_store.subscriber_by_id(ada.id)
+    assert bob is not None and bob.status is SubscriberStatus.ACTIVE  # untouched
+
+    # A binding made for another address, signed with the right key, opens nothing either.
+    forged = service.tokens.make(
+        Purpose.MANAGE, {"s": ada.id, "h": service.tokens.binding("mallory@example.org")}
+    )
+    assert client.get(f"/manage/{forged}").status_code == 400
+    # Bob's own link works, whatever the letter case of his address.
+    own = {"s": ada.id, "h": service.tokens.binding("Bob@Example.org")}
+    assert client.get(f"/manage/{service.tokens.make(Purpose.MANAGE, own)}").status_code == 200
