@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from newsletter.addresses import (
     InvalidAddress,
+    address_key,
     envelope_address,
     format_address,
     normalize_address,
@@ -152,9 +153,11 @@ def client_network(client: str) -> str:
 
 
 def forgotten_key(secret: str, address: str) -> str:
-    """The keyed hash an erased address leaves in the store (letter case ignored)."""
+    """The keyed hash an erased address leaves in the store (letter case ignored: made of the
+    :func:`~newsletter.addresses.address_key`, which for a normalized address is the
+    ``address.casefold()`` the hashes stored before migration 0012 were made of)."""
     return hmac.new(
-        secret.encode(), b"forgotten:" + address.casefold().encode(), "sha256"
+        secret.encode(), b"forgotten:" + address_key(address).encode(), "sha256"
     ).hexdigest()
 
 

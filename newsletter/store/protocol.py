@@ -175,7 +175,7 @@ class Subscribers(SubscriberReads, Protocol):
 
     def said_no(self, email: str) -> list[Subscriber]:
         """The unsubscribed or suppressed subscribers whose address is ``email`` but for letter case
-        (found through the status index: those are few)."""
+        (any letters: compared on :func:`~newsletter.addresses.address_key`, indexed)."""
         ...
 
     def import_lookup(
@@ -184,8 +184,9 @@ class Subscribers(SubscriberReads, Protocol):
         dict[str, SubscriberStatus], dict[str, tuple[str, SubscriberStatus, datetime | None]]
     ]:
         """For a batch of addresses being imported: the status of each one present (exact address),
-        and for each one that said no in any letter case (keyed by the lower-cased address) that
-        row's address, status and since when. Two statements per batch."""
+        and for each one that said no in any letter case (keyed by its
+        :func:`~newsletter.addresses.address_key`) that row's address, status and since when. Two
+        statements per batch."""
         ...
 
     def forgotten_among(self, keys: Sequence[str]) -> dict[str, datetime]:
