@@ -8,9 +8,10 @@ says) is unique, so a replayed report changes nothing.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
     func,
     select,
     update,
@@ -187,6 +189,33 @@ class BounceStore:
                     .limit(1)
                 ).scalar()
         return None if sid is None else self.subscriber_by_id(sid)
+
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """Reserve a provider's one-time token (Mailgun's) for the body with this ``digest``,
+        atomically, before anything of that body is applied. True when the token is new here,
+        or was reserved by the same body (the provider's retry: each event is stored once
+        anyway); False when another body holds it (a captured signature with a forged body).
+
+        The row is inserted or not in one statement, so of concurrent requests, in any
+        process, one body wins; it stays for ``keep``, past which the token's timestamp is
+        refused as stale: older rows are pruned on the way.
+        """
+        with self.engine.begin() as conn:
+            conn.execute(delete(webhook_tokens).where(webhook_tokens.c.seen_at < now - keep))
+            mine = conn.execute(
+                self._insert_ignore(webhook_tokens)
+                .values(token=token, digest=digest, seen_at=now)
+                .on_conflict_do_nothing(index_elements=["token"])  # type: ignore[attr-defined]
+                .returning(webhook_tokens.c.token)
+            ).scalar()
+            if mine is not None:
+                return True
+            held = conn.execute(
+                select(webhook_tokens.c.digest).where(webhook_tokens.c.token == token)
+            ).scalar()
+        return held is not None and hmac.compare_digest(str(held), digest)
 
     def edition_by_message_id(self, message_id: str) -> tuple[int, date] | None:
         """The ``(subscriber id, edition date)`` of the digest with this Message-ID, or None."""

@@ -471,6 +471,14 @@ class Bounces(Protocol):
         """The ``(subscriber id, edition date)`` of the digest with this Message-ID, or None."""
         ...
 
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """Reserve a provider's one-time token for the body with this ``digest``, atomically:
+        True when it is new, or held by the same body (a retry); False when another body holds
+        it. Tokens reserved before ``now - keep`` are pruned."""
+        ...
+
     def record_bounce_event(
         self,
         subscriber_id: int,
