@@ -18,18 +18,21 @@ import httpx
 
 from newsletter.models import SubscriberStatus
 from newsletter.store import Store
-from tests.bounces.providers import fixture, mailgun_body
-from tests.bounces.test_webhooks_http import (  # noqa: F401 (fixtures)
-    Live,
-    aws,
-    sendgrid_signer,
-    sns_signer,
-    start,
-    webhook_settings,
-)
+from newsletter.store.bounces import webhook_tokens
+from tests.bounces import test_webhooks_http as http
+from tests.bounces.providers import AwsStandIn, SendgridSigner, fixture, mailgun_body
+from tests.bounces.test_webhooks_http import Live, webhook_settings
 from tests.conftest import NOW
 
 READERS = 12
+
+# The live-server fixtures of the webhook tests: the app under uvicorn, the AWS stand-in.
+aws, sendgrid_signer, sns_signer, start = (
+    http.aws,
+    http.sendgrid_signer,
+    http.sns_signer,
+    http.start,
+)
 
 
 def _forged(signed: bytes, i: int) -> bytes:
@@ -47,15 +50,15 @@ def _suppressed(store: Store) -> list[str]:
 def test_one_token_applies_one_body_at_once_and_after_a_restart(
     db_url: str,
     start: Callable[..., Live],
-    aws: object,
-    sendgrid_signer: object,  # noqa: F811
+    aws: AwsStandIn,
+    sendgrid_signer: SendgridSigner,
 ) -> None:
     store = Store(db_url)
     store.upgrade()
     try:
         for i in range(READERS + 1):
             store.add_subscriber(f"reader{i}@example.com", topics=["rendering"], now=NOW)
-        settings = webhook_settings(aws, sendgrid_signer)  # type: ignore[arg-type]
+        settings = webhook_settings(aws, sendgrid_signer)
         live = start(settings, db_url=db_url, record=False)
         captured = mailgun_body("mailgun-complained.json", live.clock(), token="c" * 50)
         bodies = [_forged(captured, i) for i in range(READERS)]
@@ -98,7 +101,5 @@ def test_used_tokens_are_pruned_once_their_timestamp_is_stale(store: Store) -> N
     assert store.reserve_webhook_token("old", "a" * 64, NOW + timedelta(minutes=29), keep=keep)
     assert store.reserve_webhook_token("new", "c" * 64, NOW + timedelta(minutes=31), keep=keep)
     with store.engine.connect() as conn:
-        from newsletter.store.bounces import webhook_tokens
-
         left = [r.token for r in conn.execute(webhook_tokens.select())]
     assert left == ["new"]  # "old" is stale by now: its timestamp would be refused anyway
