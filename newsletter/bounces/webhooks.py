@@ -107,31 +107,6 @@ class Nonces(Protocol):
         or held by the same body (a retry); False when another body holds it. Kept ``keep``."""
 
 
-class MemoryNonces:
-    """:class:`Nonces` in one process's memory (bounded): for tests of the provider functions.
-    The web app reserves tokens in the database."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._seen: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def reserve_webhook_token(
-        self, token: str, digest: str, now: datetime, *, keep: timedelta
-    ) -> bool:
-        """See :meth:`Nonces.reserve_webhook_token`."""
-        with self._lock:
-            while self._seen and next(iter(self._seen.values()))[1] <= now:
-                self._seen.popitem(last=False)
-            known = self._seen.get(token)
-            if known is not None:
-                return hmac.compare_digest(known[0], digest)
-            self._seen[token] = (digest, now + keep)
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-            return True
-
-
 class CertificateSource(Protocol):
     """Where SNS signing keys come from (:class:`newsletter.bounces.sns.Certificates`)."""
 

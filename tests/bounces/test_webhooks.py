@@ -19,6 +19,7 @@ from tests.bounces.providers import (
     POSTMARK_PASSWORD,
     POSTMARK_USER,
     TOPIC,
+    MemoryNonces,
     SendgridSigner,
     SnsSigner,
     basic,
@@ -210,7 +211,7 @@ MAILGUN = hooks.MailgunWebhook(signing_key=MAILGUN_KEY, signing_key_env="NEWSLET
 
 
 def test_mailgun_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    nonces = hooks.MemoryNonces()
+    nonces = MemoryNonces()
     got = {
         name: hooks.mailgun(request(mailgun_body(name, NOW)), MAILGUN, NOW, nonces)
         for name in (
@@ -261,7 +262,7 @@ def test_mailgun_permanent_failure_reasons(reason: str, kind: str) -> None:
 
 
 def test_mailgun_signature_checks() -> None:
-    nonces = hooks.MemoryNonces()
+    nonces = MemoryNonces()
     name = "mailgun-complained.json"
     wrong_key = mailgun_body(name, NOW, key="key-not-the-one-mailgun-uses-000000")
     stale = mailgun_body(name, NOW - timedelta(minutes=16))
@@ -279,7 +280,7 @@ def test_mailgun_signature_checks() -> None:
 
 
 def test_mailgun_token_is_reserved_for_one_body() -> None:
-    nonces = hooks.MemoryNonces()
+    nonces = MemoryNonces()
     body = mailgun_body("mailgun-complained.json", NOW, token="t" * 50)
     first = hooks.mailgun(request(body), MAILGUN, NOW, nonces)
     assert len(first.events) == 1
@@ -298,10 +299,10 @@ def test_mailgun_without_a_key_asks_to_be_retried(monkeypatch: pytest.MonkeyPatc
     settings = hooks.MailgunWebhook(signing_key_env="NEWSLETTER_TEST_MAILGUN_KEY")
     body = mailgun_body("mailgun-complained.json", NOW)
     with pytest.raises(hooks.Refused) as e:
-        hooks.mailgun(request(body), settings, NOW, hooks.MemoryNonces())
+        hooks.mailgun(request(body), settings, NOW, MemoryNonces())
     assert e.value.status == 503 and "$NEWSLETTER_TEST_MAILGUN_KEY" in e.value.reason
     monkeypatch.setenv("NEWSLETTER_TEST_MAILGUN_KEY", MAILGUN_KEY)
-    assert hooks.mailgun(request(body), settings, NOW, hooks.MemoryNonces()).events
+    assert hooks.mailgun(request(body), settings, NOW, MemoryNonces()).events
 
 
 # --- Postmark -----------------------------------------------------------------------------------
