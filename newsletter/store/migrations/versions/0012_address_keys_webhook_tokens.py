@@ -23,6 +23,7 @@ from alembic import op
 
 import newsletter.store.tables
 from newsletter.addresses import address_key
+from newsletter.store.base import _by_key
 
 revision = "0012"
 down_revision = "0011"
@@ -35,6 +36,36 @@ BATCH = 5000
 def upgrade() -> None:
     op.add_column("subscribers", sa.Column("email_key", sa.String(length=320), nullable=True))
     bind = op.get_bind()
+    pg = bind.dialect.name == "postgresql"
+    if pg:  # restored below: the migrations after this one run in the same transaction
+        saved = bind.exec_driver_sql(
+            "SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan')"
+        ).one()
+    # PostgreSQL without statistics read and sorted the whole table for each batch's
+    # "next 5,000 by id" (400,000 rows took 24 s, not 7): by key, each batch reads its rows.
+    _by_key(bind)
+    _fill_keys(bind, pg)
+    if pg:
+        bind.execute(
+            sa.text(
+                "SELECT set_config('enable_seqscan', :s, true), "
+                "set_config('enable_bitmapscan', :b, true)"
+            ),
+            {"s": saved[0], "b": saved[1]},
+        )
+    op.create_index("ix_subscribers_email_key", "subscribers", ["email_key"], unique=False)
+    op.create_table(
+        "webhook_tokens",
+        sa.Column("token", sa.String(length=200), nullable=False),
+        sa.Column("digest", sa.String(length=64), nullable=False),
+        sa.Column("seen_at", newsletter.store.tables.UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("token", name=op.f("pk_webhook_tokens")),
+    )
+    op.create_index("ix_webhook_tokens_seen_at", "webhook_tokens", ["seen_at"], unique=False)
+
+
+def _fill_keys(bind: sa.Connection, pg: bool) -> None:
+    """``email_key`` for every subscriber, 5,000 at a time in id order."""
     last = 0
     while True:
         rows = bind.execute(
@@ -45,7 +76,7 @@ def upgrade() -> None:
             break
         ids = [sid for sid, _ in rows]
         keys = [address_key(email) for _, email in rows]
-        if bind.dialect.name == "postgresql":  # one statement per batch, not one per row
+        if pg:  # one statement per batch, not one per row
             bind.execute(
                 sa.text(
                     "UPDATE subscribers AS s SET email_key = v.k FROM unnest(CAST(:ids AS "
@@ -59,15 +90,6 @@ def upgrade() -> None:
                 [{"k": k, "i": i} for i, k in zip(ids, keys, strict=True)],
             )
         last = rows[-1][0]
-    op.create_index("ix_subscribers_email_key", "subscribers", ["email_key"], unique=False)
-    op.create_table(
-        "webhook_tokens",
-        sa.Column("token", sa.String(length=200), nullable=False),
-        sa.Column("digest", sa.String(length=64), nullable=False),
-        sa.Column("seen_at", newsletter.store.tables.UTCDateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("token", name=op.f("pk_webhook_tokens")),
-    )
-    op.create_index("ix_webhook_tokens_seen_at", "webhook_tokens", ["seen_at"], unique=False)
 
 
 def downgrade() -> None:
