@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import unicodedata
 from email.headerregistry import Address
 
 from email_validator import EmailNotValidError, validate_email
@@ -58,6 +60,26 @@ _PLAIN_LOCAL = re.compile(
 def _domain(domain: str) -> str:
     """A domain as email-validator normalizes it (checked once per domain: a list holds few)."""
     return str(validate_email(f"a@{domain}", check_deliverability=False).domain)
+
+
+def address_key(address: str) -> str:
+    """The form under which two spellings of one address are the same: what every lookup "by
+    address, letter case aside" compares (``subscribers.email_key``, migration 0012).
+
+    The local part in Unicode NFC, case-folded (``Émile`` and ``émile``, ``ŌTA`` and ``ōta``);
+    the domain as :func:`normalize_address` writes it (IDNA, so ``xn--bcher-kva.example`` is
+    ``bücher.example``), case-folded too. Computed here, in Python, because SQLite's
+    ``lower()`` folds ASCII letters only. For an address :func:`normalize_address` returned,
+    this is ``address.casefold()``, the fold the erased-address hashes were always made of.
+    Never raises: an address that does not validate (one a bounce report names) keeps its
+    domain as written, folded.
+    """
+    local, at, domain = address.strip().rpartition("@")
+    if not at:
+        return unicodedata.normalize("NFC", domain).casefold()
+    with contextlib.suppress(EmailNotValidError):  # not a valid domain: compared as written
+        domain = _domain(domain)
+    return f"{unicodedata.normalize('NFC', local).casefold()}@{domain.casefold()}"
 
 
 class InvalidAddress(SubscriberError, ValueError):

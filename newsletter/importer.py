@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.addresses import InvalidAddress, address_key, normalize_name
 from newsletter.config import Config
 from newsletter.errors import NewsletterError
 from newsletter.exporter import from_spreadsheet_cell
@@ -258,7 +258,7 @@ def _apply(
         report.added += 1
         seen[r.address] = r.status
         if r.status not in LIVE:  # a later row may spell it in another letter case
-            said_no.setdefault(r.address.lower(), (r.address, r.status, now))
+            said_no.setdefault(address_key(r.address), (r.address, r.status, now))
         new.append(
             NewSubscriber(
                 r.address,
@@ -288,7 +288,7 @@ def _blocked(
     erased: dict[str, datetime],
 ) -> str | None:
     """The batch form of :func:`newsletter.subscribe.consent_block`: the same reasons."""
-    hit = said_no.get(address.lower())
+    hit = said_no.get(address_key(address))
     if hit is not None:
         email, status, changed = hit
         since = f" on {changed:%Y-%m-%d}" if changed else ""

@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from newsletter.addresses import (
     InvalidAddress,
+    address_key,
     envelope_address,
     format_address,
     normalize_address,
@@ -132,11 +133,22 @@ def parse_address(value: str) -> str:
         raise InvalidRequest("email", str(e)) from e
 
 
+DOTLESS_DOMAINS = {"gmail.com": "gmail.com", "googlemail.com": "gmail.com"}
+"""Providers that ignore dots in the local part (``v.ictim`` is ``victim``), each with the
+domain its mailboxes are counted under (``googlemail.com`` is ``gmail.com``)."""
+
+
 def mailbox(address: str) -> str:
-    """The mailbox an address reaches, for rate limits: the local part without its ``+tag``,
-    case-folded (``Bomb+1@Example.org`` and ``bomb+2@example.org`` are one mailbox)."""
-    local, _, domain = address.rpartition("@")
-    return f"{local.split('+', 1)[0] or local}@{domain}".casefold()
+    """The mailbox an address reaches, for per-mailbox rate limits: its
+    :func:`~newsletter.addresses.address_key` (case-folded) without the ``+tag``, and for the
+    providers that ignore dots (:data:`DOTLESS_DOMAINS`) without dots and under one domain
+    (``Bomb+1@Example.org`` and ``bomb+2@example.org`` are one mailbox, and so are
+    ``v.ictim@gmail.com`` and ``victim+x@googlemail.com``)."""
+    local, _, domain = address_key(address).rpartition("@")
+    local = local.split("+", 1)[0] or local
+    if domain in DOTLESS_DOMAINS:
+        local, domain = local.replace(".", "") or local, DOTLESS_DOMAINS[domain]
+    return f"{local}@{domain}"
 
 
 def client_network(client: str) -> str:
@@ -154,9 +166,11 @@ def client_network(client: str) -> str:
 
 
 def forgotten_key(secret: str, address: str) -> str:
-    """The keyed hash an erased address leaves in the store (letter case ignored)."""
+    """The keyed hash an erased address leaves in the store (letter case ignored: made of the
+    :func:`~newsletter.addresses.address_key`, which for a normalized address is the
+    ``address.casefold()`` the hashes stored before migration 0012 were made of)."""
     return hmac.new(
-        secret.encode(), b"forgotten:" + address.casefold().encode(), "sha256"
+        secret.encode(), b"forgotten:" + address_key(address).encode(), "sha256"
     ).hexdigest()
 
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -76,3 +76,28 @@ def sent_before_0011(
                 {"s": subscriber_id, "p": pid, "e": claim.id},
             )
     return claim.id
+
+
+def subscriber_before_0012(store: Store, email: str, topics: Sequence[str], now: datetime) -> int:
+    """An active subscriber (or the one there is) on a schema older than migration 0012 (no
+    ``email_key``: the store's own methods read and write that column). Returns its id."""
+    with store.engine.begin() as conn:
+        found = conn.execute(
+            text("SELECT id FROM subscribers WHERE email = :e"), {"e": email}
+        ).scalar()
+        if found is not None:
+            return int(found)
+        sid = conn.execute(
+            text(
+                "INSERT INTO subscribers (email, name, status, timezone, created, "
+                "status_changed, permanent_failures) VALUES (:e, '', 'active', 'UTC', :now, "
+                ":now, 0) RETURNING id"
+            ),
+            {"e": email, "now": now.replace(tzinfo=None)},
+        ).scalar_one()
+        for topic in topics:
+            conn.execute(
+                text("INSERT INTO subscriptions (subscriber_id, topic) VALUES (:s, :t)"),
+                {"s": sid, "t": topic},
+            )
+        return int(sid)

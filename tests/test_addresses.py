@@ -16,6 +16,7 @@ from newsletter.addresses import (
     _ENCODED_WORD,
     MAX_NAME,
     InvalidAddress,
+    address_key,
     normalize_address,
     normalize_name,
 )
@@ -24,6 +25,7 @@ from newsletter.config import load_config
 from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
+from newsletter.subscribe import mailbox
 from tests.conftest import SmtpServer, base_config, write_config
 from tests.sends import run_send
 
@@ -198,3 +200,44 @@ def test_the_fast_path_agrees_with_email_validator(local: str, domain: str) -> N
     except InvalidAddress:
         got = None
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("spellings", "key"),
+    [
+        (
+            ["Émile@example.org", "émile@EXAMPLE.ORG", "E\u0301MILE@example.org"],
+            "émile@example.org",
+        ),
+        (
+            ["Ōta@bücher.example", "ōta@xn--bcher-kva.example", "ŌTA@BÜCHER.example"],
+            "ōta@bücher.example",
+        ),
+        (["Ada@Example.org", " ada@example.org "], "ada@example.org"),
+        (["not an address"], "not an address"),
+        (["x@bad..domain"], "x@bad..domain"),  # never raises: a bounce can name anything
+    ],
+)
+def test_address_key_folds_every_letter_case_and_the_domain_form(
+    spellings: list[str], key: str
+) -> None:
+    assert {address_key(s) for s in spellings} == {key}
+
+
+@given(st.emails())
+def test_address_key_of_a_normalized_address_is_its_casefold(email: str) -> None:
+    """Erased-address hashes made before ``address_key`` (of ``casefold()``) stay readable."""
+    try:
+        address = normalize_address(email)
+    except InvalidAddress:
+        assume(False)
+        return
+    assert address_key(address) == address.casefold()
+
+
+def test_mailbox_drops_tags_and_gmail_dots() -> None:
+    assert mailbox("V.Ictim+news@GoogleMail.com") == "victim@gmail.com"
+    assert mailbox("v.ictim@gmail.com") == mailbox("victim@gmail.com") == "victim@gmail.com"
+    assert mailbox("v.ictim@example.org") == "v.ictim@example.org"  # elsewhere a dot counts
+    assert mailbox("Bomb+2@Example.org") == "bomb@example.org"
+    assert mailbox("+x@example.org") == "+x@example.org"

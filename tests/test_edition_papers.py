@@ -17,7 +17,7 @@ from newsletter.ingest import decide
 from newsletter.models import EditionStatus, PaperData
 from newsletter.store import Store
 from newsletter.store import tables as t
-from tests.sends import sent_before_0011
+from tests.sends import sent_before_0011, subscriber_before_0012
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 DAY = date(2026, 11, 17)
@@ -37,9 +37,9 @@ def _sent(store: Store, email: str, paper_ids: list[int]) -> int:
 
 
 def _old_sent(store: Store, email: str, paper_ids: list[int], day: date = DAY) -> int:
-    sub = store.get_subscriber(email) or store.add_subscriber(email, topics=["t"], now=NOW)[0]
-    sent_before_0011(store, sub.id, day, paper_ids, NOW)
-    return sub.id
+    sid = subscriber_before_0012(store, email, ["t"], NOW)
+    sent_before_0011(store, sid, day, paper_ids, NOW)
+    return sid
 
 
 def _keys(store: Store) -> set[tuple[str, str, str | None]]:

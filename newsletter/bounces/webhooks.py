@@ -7,7 +7,8 @@ said (:class:`Accepted`) or raises :class:`Refused` with the HTTP status it dese
   ``TopicArn``, a recent ``Timestamp``; a ``SubscriptionConfirmation`` is confirmed only for a
   configured topic.
 - **Mailgun**: HMAC-SHA256 of ``timestamp + token`` with the webhook signing key; a recent
-  timestamp; each token used once (:class:`Nonces`), since the signature does not cover the body.
+  timestamp; each token reserved for one body (:class:`Nonces`, in the database) before anything
+  is applied, since the signature does not cover the body.
 - **Postmark**: the HTTP Basic credentials configured on the webhook; optionally a client IP
   allowlist.
 - **SendGrid**: the Signed Event Webhook, ECDSA P-256 over ``timestamp + body`` with the
@@ -92,48 +93,18 @@ class Accepted:
     confirm_url: str | None = None
     note: str = ""
     """One line for the log when the request carried no event (a subscription, a test)."""
-    nonce: tuple[str, str] | None = None
-    """Mailgun: the token and a digest of the body, for :meth:`Nonces.remember` once applied."""
 
 
-class Nonces:
-    """One-time values (Mailgun's tokens) seen within their validity window, bounded.
+class Nonces(Protocol):
+    """Where one-time values (Mailgun's signing tokens) are reserved: the database
+    (:meth:`newsletter.store.Store.reserve_webhook_token`), which every web process shares and
+    which a restart does not forget."""
 
-    A token seen again with the same body is a replay (:meth:`seen` says so and the request
-    changes nothing); with another body it is a forgery. Tokens are remembered only once their
-    request has been applied, so a provider's retry after a failure is not mistaken for a replay.
-    """
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._seen: OrderedDict[str, tuple[str, datetime]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def seen(self, token: str, digest: str, now: datetime) -> bool:
-        """True for a replay of an applied request; :class:`Refused` for a reused token."""
-        with self._lock:
-            self._expire(now)
-            known = self._seen.get(token)
-        if known is None:
-            return False
-        if not hmac.compare_digest(known[0], digest):
-            raise Refused(403, "signing token reused with another body")
-        return True
-
-    def remember(self, token: str, digest: str, now: datetime, ttl: timedelta) -> None:
-        """Keep ``token`` until ``now + ttl`` (past that, its timestamp is refused anyway)."""
-        with self._lock:
-            self._seen[token] = (digest, now + ttl)
-            self._seen.move_to_end(token)
-            while len(self._seen) > self.capacity:
-                self._seen.popitem(last=False)
-
-    def _expire(self, now: datetime) -> None:
-        while self._seen:
-            token, (_, until) = next(iter(self._seen.items()))
-            if until > now:
-                break
-            del self._seen[token]
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """Reserve ``token`` for the body with this ``digest``, atomically: True when it is new,
+        or held by the same body (a retry); False when another body holds it. Kept ``keep``."""
 
 
 class CertificateSource(Protocol):
@@ -350,16 +321,22 @@ def mailgun(
         raise Refused(403, "bad Mailgun signature")
     if not _fresh(moment, now, settings.max_age):
         raise Refused(403, "the Mailgun timestamp is too old (replayed?)")
-    digest = hashlib.sha256(request.body).hexdigest()
-    if nonces.seen(token, digest, now):
-        return Accepted(note="a replay of an applied request")
     data = payload.get("event-data")
     if not isinstance(data, dict):
         raise Refused(400, "the Mailgun webhook has no event-data")
     event = mailgun_event(data, now)
-    return Accepted(
-        events=(event,) if event else (), ignored=0 if event else 1, nonce=(token, digest)
-    )
+    # The signature does not cover the body: the token is reserved for this body before any of
+    # it is applied, so of concurrent requests with one captured signature one body gets in.
+    # The same body again is the provider's retry (its event is stored once anyway).
+    digest = hashlib.sha256(request.body).hexdigest()
+    keep = timedelta(seconds=2 * settings.max_age)  # past that its timestamp is stale
+    try:
+        fresh = nonces.reserve_webhook_token(token, digest, now, keep=keep)
+    except NewsletterError as e:  # the database: the provider delivers it again later
+        raise Refused(503, f"could not reserve the Mailgun token: {e}") from e
+    if not fresh:
+        raise Refused(403, "signing token reused with another body")
+    return Accepted(events=(event,) if event else (), ignored=0 if event else 1)
 
 
 _MAILGUN_SUPPRESSED = {

@@ -8,9 +8,10 @@ says) is unique, so a replayed report changes nothing.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -26,12 +27,14 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
     func,
     select,
     update,
 )
 from sqlalchemy.sql.dml import Insert
 
+from newsletter.addresses import address_key
 from newsletter.bounces.score import ScoreState
 from newsletter.models import EditionStatus, SubscriberStatus
 from newsletter.store import tables as t
@@ -74,6 +77,20 @@ bounce_scores = Table(
     Column("suppressed_reason", Text),
     Column("suppressed_at", UTCDateTime),
 )
+
+# Mailgun signing tokens in use (migration 0012): a token is reserved by inserting its row
+# before its request's events are applied, so of concurrent requests with one token only one
+# body gets through, in every web process and after a restart. ``digest`` is the SHA-256 of the
+# body that reserved it (the same body again is a provider's retry); rows older than the
+# accepted timestamp window are pruned on the way, as such a token is refused as stale anyway.
+webhook_tokens = Table(
+    "webhook_tokens",
+    t.metadata,
+    Column("token", String(200), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("seen_at", UTCDateTime, nullable=False),
+)
+Index("ix_webhook_tokens_seen_at", webhook_tokens.c.seen_at)
 
 # A bounce names the digest it is about by its Message-ID: found through this index.
 Index("ix_editions_message_id", t.editions.c.message_id)
@@ -155,7 +172,11 @@ class BounceStore:
         return sqlite_insert(table)
 
     def subscriber_for_address(self, address: str) -> Subscriber | None:
-        """The subscriber with this address (exactly, else but for letter case), or ``None``."""
+        """The subscriber with this address (exactly, else but for letter case), or ``None``.
+
+        Both lookups go through an index (the address's own, then ``email_key``, migration
+        0012): a report naming thousands of unknown addresses costs thousands of index probes,
+        where ``lower(email) = ?`` read every subscriber for each."""
         with self.engine.connect() as conn:
             sid = conn.execute(
                 select(t.subscribers.c.id).where(t.subscribers.c.email == address)
@@ -163,11 +184,38 @@ class BounceStore:
             if sid is None:
                 sid = conn.execute(
                     select(t.subscribers.c.id)
-                    .where(func.lower(t.subscribers.c.email) == address.lower())
+                    .where(t.subscribers.c.email_key == address_key(address))
                     .order_by(t.subscribers.c.id)
                     .limit(1)
                 ).scalar()
         return None if sid is None else self.subscriber_by_id(sid)
+
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """Reserve a provider's one-time token (Mailgun's) for the body with this ``digest``,
+        atomically, before anything of that body is applied. True when the token is new here,
+        or was reserved by the same body (the provider's retry: each event is stored once
+        anyway); False when another body holds it (a captured signature with a forged body).
+
+        The row is inserted or not in one statement, so of concurrent requests, in any
+        process, one body wins; it stays for ``keep``, past which the token's timestamp is
+        refused as stale: older rows are pruned on the way.
+        """
+        with self.engine.begin() as conn:
+            conn.execute(delete(webhook_tokens).where(webhook_tokens.c.seen_at < now - keep))
+            mine = conn.execute(
+                self._insert_ignore(webhook_tokens)
+                .values(token=token, digest=digest, seen_at=now)
+                .on_conflict_do_nothing(index_elements=["token"])  # type: ignore[attr-defined]
+                .returning(webhook_tokens.c.token)
+            ).scalar()
+            if mine is not None:
+                return True
+            held = conn.execute(
+                select(webhook_tokens.c.digest).where(webhook_tokens.c.token == token)
+            ).scalar()
+        return held is not None and hmac.compare_digest(str(held), digest)
 
     def edition_by_message_id(self, message_id: str) -> tuple[int, date] | None:
         """The ``(subscriber id, edition date)`` of the digest with this Message-ID, or None."""

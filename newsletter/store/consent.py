@@ -14,6 +14,7 @@ from sqlalchemy import (
     update,
 )
 
+from newsletter.addresses import address_key
 from newsletter.models import (
     Frequency,
     Subscriber,
@@ -72,7 +73,14 @@ class ConsentStore(StoreBase):
                 record = {**consent, "history": [consent]}
                 sid = conn.execute(
                     t.subscribers.insert()
-                    .values(email=email, name=name, created=now, consent=record, **values)
+                    .values(
+                        email=email,
+                        email_key=address_key(email),
+                        name=name,
+                        created=now,
+                        consent=record,
+                        **values,
+                    )
                     .returning(t.subscribers.c.id)
                 ).scalar_one()
             else:

@@ -175,7 +175,7 @@ class Subscribers(SubscriberReads, Protocol):
 
     def said_no(self, email: str) -> list[Subscriber]:
         """The unsubscribed or suppressed subscribers whose address is ``email`` but for letter case
-        (found through the status index: those are few)."""
+        (any letters: compared on :func:`~newsletter.addresses.address_key`, indexed)."""
         ...
 
     def import_lookup(
@@ -184,8 +184,9 @@ class Subscribers(SubscriberReads, Protocol):
         dict[str, SubscriberStatus], dict[str, tuple[str, SubscriberStatus, datetime | None]]
     ]:
         """For a batch of addresses being imported: the status of each one present (exact address),
-        and for each one that said no in any letter case (keyed by the lower-cased address) that
-        row's address, status and since when. Two statements per batch."""
+        and for each one that said no in any letter case (keyed by its
+        :func:`~newsletter.addresses.address_key`) that row's address, status and since when. Two
+        statements per batch."""
         ...
 
     def forgotten_among(self, keys: Sequence[str]) -> dict[str, datetime]:
@@ -468,6 +469,14 @@ class Bounces(Protocol):
 
     def edition_by_message_id(self, message_id: str) -> tuple[int, date] | None:
         """The ``(subscriber id, edition date)`` of the digest with this Message-ID, or None."""
+        ...
+
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """Reserve a provider's one-time token for the body with this ``digest``, atomically:
+        True when it is new, or held by the same body (a retry); False when another body holds
+        it. Tokens reserved before ``now - keep`` are pruned."""
         ...
 
     def record_bounce_event(

@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
+from newsletter.addresses import address_key
 from newsletter.models import (
     Frequency,
     NewSubscriber,
@@ -27,22 +28,10 @@ from newsletter.models import (
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase, _by_key, _naive
 
-_SAID_NO_SQLITE = (
-    "SELECT email, status, status_changed FROM subscribers WHERE status IN (:gone1, :gone2) "
-    "AND lower(email) IN (SELECT lower(value) FROM json_each(:emails)) ORDER BY id"
-)
-
-
-_SAID_NO_PG = (
-    "SELECT email, status, status_changed FROM subscribers WHERE status IN (:gone1, :gone2) "
-    "AND lower(email) IN (SELECT lower(x) FROM unnest(CAST(:emails AS text[])) AS x) ORDER BY id"
-)
-
-
 _SQLITE_ADD_SUBSCRIBER_SQL = (
     "INSERT INTO subscribers (email, name, status, timezone, send_hour, frequency, consent, "
-    "created, status_changed, confirmed, permanent_failures) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, 0)"
+    "created, status_changed, confirmed, permanent_failures, email_key) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8, 0, ?9)"
 )
 
 
@@ -50,10 +39,11 @@ _PG_ADD_SUBSCRIBERS = text(
     # one statement per batch, its rows as one JSON document: psycopg's executemany would run
     # one INSERT per row, and text arrays cost a quoting pass per element on the client
     "INSERT INTO subscribers (email, name, status, status_changed, timezone, send_hour, "
-    "frequency, confirmed, created, permanent_failures, consent) "
+    "frequency, confirmed, created, permanent_failures, consent, email_key) "
     "SELECT v.email, v.name, v.status, :now, v.timezone, v.send_hour, v.frequency, :now, :now, "
-    "0, v.consent FROM json_to_recordset(CAST(:rows AS json)) AS v(email text, name text, "
-    "status text, timezone text, send_hour integer, frequency text, consent json) "
+    "0, v.consent, v.email_key FROM json_to_recordset(CAST(:rows AS json)) AS v(email text, "
+    "name text, status text, timezone text, send_hour integer, frequency text, consent json, "
+    "email_key text) "
     "RETURNING id, email"
 )
 
@@ -68,7 +58,7 @@ def _pg_add_subscribers(
     conn: Connection, values: Sequence[dict[str, Any]], now: datetime
 ) -> list[int]:
     """Insert subscriber rows in one statement; their ids in the order given."""
-    keys = ("email", "name", "status", "timezone", "send_hour", "frequency", "consent")
+    keys = ("email", "name", "status", "timezone", "send_hour", "frequency", "consent", "email_key")
     rows = json.dumps([{k: v[k] for k in keys} for v in values])
     found = {
         email: sid
@@ -113,6 +103,7 @@ class SubscriberStore(StoreBase):
                 self._insert(t.subscribers)
                 .values(
                     email=email,
+                    email_key=address_key(email),
                     name=name,
                     status=status.value,
                     timezone=timezone,
@@ -207,14 +198,14 @@ class SubscriberStore(StoreBase):
 
     def said_no(self, email: str) -> list[Subscriber]:
         """The unsubscribed or suppressed subscribers whose address is ``email`` but for letter
-        case (found through the status index: those are few)."""
+        case (any letters: compared on :func:`~newsletter.addresses.address_key`, indexed)."""
         gone = [SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.SUPPRESSED.value]
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(t.subscribers)
                 .where(
                     t.subscribers.c.status.in_(gone),
-                    func.lower(t.subscribers.c.email) == func.lower(email),
+                    t.subscribers.c.email_key == address_key(email),
                 )
                 .order_by(t.subscribers.c.id)
             ).all()
@@ -227,8 +218,9 @@ class SubscriberStore(StoreBase):
         dict[str, SubscriberStatus], dict[str, tuple[str, SubscriberStatus, datetime | None]]
     ]:
         """For a batch of addresses being imported: the status of each one present (exact
-        address), and for each one that said no in any letter case (keyed by the lower-cased
-        address) that row's address, status and since when. Two statements per batch."""
+        address), and for each one that said no in any letter case (keyed by its
+        :func:`~newsletter.addresses.address_key`) that row's address, status and since when.
+        Two statements per batch."""
         gone = [SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.SUPPRESSED.value]
         present: dict[str, SubscriberStatus] = {}
         said_no: dict[str, tuple[str, SubscriberStatus, datetime | None]] = {}
@@ -239,23 +231,20 @@ class SubscriberStore(StoreBase):
                 )
             ).all()
             present = {r.email: SubscriberStatus(r.status) for r in rows}
-            # lower() on both sides, in SQL, as one-by-one adds compare (SQLite's lower() folds
-            # ASCII letters only: an address matches here exactly when it would match there)
+            # compared on address_key, computed here: SQLite's lower() folds ASCII letters only
             no = conn.execute(
-                text(_SAID_NO_SQLITE if self.dialect == "sqlite" else _SAID_NO_PG).columns(
+                select(
                     t.subscribers.c.email, t.subscribers.c.status, t.subscribers.c.status_changed
-                ),
-                {
-                    "gone1": gone[0],
-                    "gone2": gone[1],
-                    "emails": json.dumps(list(emails))
-                    if self.dialect == "sqlite"
-                    else list(emails),
-                },
+                )
+                .where(
+                    t.subscribers.c.status.in_(gone),
+                    t.subscribers.c.email_key.in_(sorted({address_key(e) for e in emails})),
+                )
+                .order_by(t.subscribers.c.id)
             ).all()
             for r in no:
                 said_no.setdefault(
-                    r.email.lower(), (r.email, SubscriberStatus(r.status), r.status_changed)
+                    address_key(r.email), (r.email, SubscriberStatus(r.status), r.status_changed)
                 )
         return present, said_no
 
@@ -289,6 +278,7 @@ class SubscriberStore(StoreBase):
                 "created": now,
                 "permanent_failures": 0,
                 "consent": {**r.consent, "history": [r.consent]},
+                "email_key": address_key(r.email),
             }
             for r in rows
         ]
@@ -312,6 +302,7 @@ class SubscriberStore(StoreBase):
                                     v["frequency"],
                                     json.dumps(v["consent"]),
                                     stamp,
+                                    v["email_key"],
                                 )
                                 for v in values
                             ],

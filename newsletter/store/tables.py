@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from newsletter.addresses import address_key
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC datetimes on every backend (SQLite keeps no timezone; we store naive UTC)."""
@@ -59,6 +61,12 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+
+def _email_key(context: Any) -> str:
+    """``subscribers.email_key`` for a row inserted without one (the address's key)."""
+    return address_key(context.get_current_parameters()["email"])
+
 
 papers = Table(
     "papers",
@@ -119,6 +127,11 @@ subscribers = Table(
     Column("send_hour", Integer),
     Column("frequency", String(10), nullable=False, server_default="daily"),
     Column("confirmed", UTCDateTime),
+    # The address as every "same address, letter case aside" lookup compares it (migration
+    # 0012): ``address_key(email)``, computed in Python because SQLite's lower() folds ASCII
+    # only. The store writes it with the address; a Core insert that leaves it out gets it
+    # from the default. Nullable only so that no table rebuild was needed on SQLite.
+    Column("email_key", String(320), default=_email_key),
     # AUTOINCREMENT (migration 0006): SQLite never hands a deleted subscriber's id to another
     # one, so nothing keyed by an old id (a link, a log line) can reach a new person.
     sqlite_autoincrement=True,
@@ -126,6 +139,7 @@ subscribers = Table(
 # (status, id), not status alone (migration 0010): a send lists the active subscribers by id,
 # 500 at a time, and without statistics PostgreSQL read every active one per batch.
 Index("ix_subscribers_status_id", subscribers.c.status, subscribers.c.id)
+Index("ix_subscribers_email_key", subscribers.c.email_key)
 
 # Addresses erased with ``subscribers remove --forget``: only a keyed hash (HMAC with the
 # secret key) and when, so the operator's CLI, an import or the config's ``subscribers:`` list

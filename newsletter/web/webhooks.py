@@ -9,7 +9,9 @@ provider delivers it again) and one log line naming the provider and the reason.
 Replays: an event whose provider id was applied is answered 200 and not applied again. The
 store keeps each provider event once, across processes and restarts (the decider's
 ``event_key``); in front of it, :class:`~newsletter.bounces.webhooks.RecentEvents` (in memory,
-bounded) spares the database a provider's retries of what this process just applied.
+bounded) spares the database a provider's retries of what this process just applied. A
+Mailgun token is reserved in the store for its body before anything is applied: the same token
+with another body, at the same time or after a restart, is refused (403).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -68,8 +69,9 @@ class WebhookState:
     settings: WebhookSettings
     now: Clock
     apply_events: ApplyEvents
+    nonces: hooks.Nonces
+    """Where Mailgun tokens are reserved: the store, shared by every process."""
     certificates: sns.Certificates = field(default_factory=sns.Certificates)
-    nonces: hooks.Nonces = field(default_factory=hooks.Nonces)
     recent: hooks.RecentEvents = field(default_factory=hooks.RecentEvents)
 
 
@@ -88,6 +90,7 @@ def install(
         settings=hooks_settings,
         now=now,
         apply_events=apply_events or store_applier(store, settings),
+        nonces=store,
         certificates=sns.Certificates(prefix=prefix),
     )
     app.state.webhooks = state
@@ -140,9 +143,6 @@ def _handle(request: Request, body: bytes, provider: EventSource) -> JSONRespons
             except NewsletterError as e:
                 raise hooks.Refused(503, f"could not apply {len(new)} events: {e}") from e
         state.recent.applied(new)
-        if accepted.nonce is not None and s.mailgun is not None:
-            token, digest = accepted.nonce
-            state.nonces.remember(token, digest, now, timedelta(seconds=2 * s.mailgun.max_age))
     except hooks.Refused as e:
         return _refuse(provider, client, e.status, e.reason)
     duplicates = len(accepted.events) - len(new)

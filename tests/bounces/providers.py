@@ -90,6 +90,20 @@ def mailgun_body(
     return json.dumps(payload).encode()
 
 
+class MemoryNonces:
+    """:class:`newsletter.bounces.webhooks.Nonces` in memory, for the provider functions alone
+    (the app reserves tokens in its store)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+
+    def reserve_webhook_token(
+        self, token: str, digest: str, now: datetime, *, keep: timedelta
+    ) -> bool:
+        """True for a new token or the same body again; False for another body."""
+        return self._seen.setdefault(token, digest) == digest
+
+
 def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 

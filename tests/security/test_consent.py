@@ -6,23 +6,28 @@ link. Real app, real SMTP server, SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import csv
+import hmac
 import io
 import re
 from pathlib import Path
 
 import yaml
 from fastapi.testclient import TestClient
+from sqlalchemy import inspect, text
 
+from newsletter.addresses import address_key, normalize_address
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.models import SubscriberStatus
 from newsletter.store import Store
-from newsletter.subscribe import Subscriptions
-from tests.conftest import SmtpServer, write_config
+from newsletter.subscribe import Subscriptions, forgotten_key
+from tests.conftest import NOW, SmtpServer, write_config
 from tests.security.helpers import last_link, newsletter, subscribe
+from tests.test_edition_papers import _downgrade
 from tests.web.conftest import Clock, link_to
 
 UNSUBSCRIBED = SubscriberStatus.UNSUBSCRIBED
+NAIVE = NOW.replace(tzinfo=None)
 
 
 def confirmed(client: TestClient, smtp: SmtpServer, email: str) -> None:
@@ -223,3 +228,111 @@ def test_a_confirmation_link_never_brings_back_an_erased_address(
     r = client.post(link)
     assert r.status_code == 400 and "/manage/" not in r.text
     assert web_store.get_subscriber("ada@example.org") is None
+
+
+# --- issue 27, item 6: letter case beyond ASCII ----------------------------------------------------
+
+
+def test_add_refuses_an_address_that_said_no_in_other_non_ascii_letter_case(
+    web_config: Config, web_store: Store, clock: Clock
+) -> None:
+    """SQLite's lower() folds ASCII letters only: ``émile@`` was a stranger to ``Émile@``."""
+    added = newsletter(
+        web_config, "subscribers", "add", "Émile@example.org", "--topic", "rendering"
+    )
+    assert added.exit_code == 0, added.output
+    emile = web_store.get_subscriber("Émile@example.org")
+    assert emile is not None and web_store.unsubscribe_id(emile.id, utcnow())
+
+    for spelling in ("émile@example.org", "ÉMILE@EXAMPLE.ORG", "émile@Example.Org"):
+        result = newsletter(web_config, "subscribers", "add", spelling, "--topic", "rendering")
+        assert result.exit_code == 1, result.output
+        assert "Émile@example.org: unsubscribed on" in result.output
+        assert web_store.get_subscriber(spelling) is None
+    assert [s.email for s in web_store.said_no("émile@example.org")] == ["Émile@example.org"]
+    assert web_store.count_subscribers(SubscriberStatus.ACTIVE) == 0
+
+
+def test_import_refuses_an_address_that_said_no_in_other_non_ascii_letter_case(
+    web_config: Config, web_store: Store, tmp_path: Path
+) -> None:
+    added = newsletter(web_config, "subscribers", "add", "Ōta@example.org", "--topic", "rendering")
+    assert added.exit_code == 0, added.output
+    ota = web_store.get_subscriber("Ōta@example.org")
+    assert ota is not None and web_store.unsubscribe_id(ota.id, utcnow())
+
+    people = tmp_path / "people.csv"
+    people.write_text(
+        "email,name,status,topics\n"
+        "ōta@example.org,Ōta,active,rendering\n"
+        "ÉVA@example.org,Éva,unsubscribed,rendering\n"
+        "éva@example.org,Éva,active,rendering\n"  # said no earlier in the same file
+        "zoë@example.org,Zoë,active,rendering\n",
+        encoding="utf-8",
+    )
+    result = newsletter(web_config, "subscribers", "import", str(people))
+    assert result.exit_code == 1, result.output
+    assert "people.csv:2: Ōta@example.org: unsubscribed on" in result.output
+    assert "people.csv:4: ÉVA@example.org: unsubscribed" in result.output
+    assert web_store.get_subscriber("ōta@example.org") is None
+    assert web_store.get_subscriber("éva@example.org") is None
+    assert status(web_store, "ÉVA@example.org") is UNSUBSCRIBED
+    assert status(web_store, "zoë@example.org") is SubscriberStatus.ACTIVE
+
+
+OLD_ROWS = ("Émile@example.org", "ŌTA@bücher.example", "Bob@example.org", "zoë@example.org")
+
+
+def test_migration_0012_gives_every_existing_subscriber_its_address_key(db_url: str) -> None:
+    """Rows written before 0012 get their key, in Python (both backends), and are found by it;
+    the downgrade drops the column and keeps SQLite's AUTOINCREMENT."""
+    store = Store(db_url)
+    try:
+        store.upgrade("0011")
+        with store.engine.begin() as conn:
+            for i, email in enumerate(OLD_ROWS):
+                conn.execute(
+                    text(
+                        "INSERT INTO subscribers (email, name, status, timezone, created, "
+                        "status_changed, frequency, permanent_failures) VALUES (:e, '', :s, "
+                        "'UTC', :now, :now, 'daily', 0)"
+                    ),
+                    {"e": email, "s": "unsubscribed" if i % 2 == 0 else "active", "now": NAIVE},
+                )
+        store.upgrade()
+        with store.engine.connect() as conn:
+            keys = dict(conn.execute(text("SELECT email, email_key FROM subscribers")).all())
+        assert keys == {email: address_key(email) for email in OLD_ROWS}
+        assert keys["ŌTA@bücher.example"] == "ōta@bücher.example"
+        assert [s.email for s in store.said_no("émile@EXAMPLE.org")] == ["Émile@example.org"]
+        assert [s.email for s in store.said_no("ōta@xn--bcher-kva.example")] == []  # active
+        found = store.subscriber_for_address("ōta@xn--bcher-kva.example")
+        assert found is not None and found.email == "ŌTA@bücher.example"
+
+        _downgrade(store, "0011")
+        with store.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("subscribers")}
+            assert "email_key" not in columns
+            assert not inspect(conn).has_table("webhook_tokens")
+            if store.dialect == "sqlite":
+                sql = conn.execute(
+                    text("SELECT sql FROM sqlite_master WHERE name = 'subscribers'")
+                ).scalar_one()
+                assert "AUTOINCREMENT" in sql
+        store.upgrade()
+        assert store.said_no("ÉMILE@example.org") != []
+    finally:
+        store.close()
+
+
+def test_erased_address_hashes_made_before_0012_still_match() -> None:
+    """``forgotten_key`` hashes the address key, which for a normalized address is the
+    ``casefold()`` the stored hashes were made of: they stay readable."""
+    secret = "a-test-secret-that-signs-links-0123456789"
+    for raw in ("Ada@Example.org", "Émile@example.org", "ōta@straße.de", "Zoë@ΣΊΣΥΦΟΣ.gr"):
+        address = normalize_address(raw)
+        old = hmac.new(
+            secret.encode(), b"forgotten:" + address.casefold().encode(), "sha256"
+        ).hexdigest()
+        assert forgotten_key(secret, address) == old
+        assert forgotten_key(secret, address.upper()) == old

@@ -44,3 +44,26 @@ def test_plus_tags_and_letter_case_do_not_multiply_the_mails_to_one_mailbox(
     assert len(to_bomb) == per_address == 3
     assert ask(app, "198.51.100.99", "bombe@example.org") == 202
     assert len(smtp_server.received) == per_address + 1
+
+
+def test_dots_at_gmail_do_not_multiply_the_mails_to_one_mailbox(
+    app: FastAPI, web_config: Config, smtp_server: SmtpServer
+) -> None:
+    """Issue 27, item 8: Gmail ignores dots in the local part, and googlemail.com is gmail.com:
+    ``v.ictim@gmail.com``, ``vi.ctim@gmail.com``, ... each got their own three mails."""
+    per_address = web_config.settings.web.rate_limit.per_address
+    dotted = [
+        "v.ictim@gmail.com",
+        "vi.ctim@gmail.com",
+        "vic.tim@gmail.com",
+        "V.I.C.T.I.M@Gmail.com",
+    ]
+    dotted += ["victim+x@googlemail.com", "v.i.ctim@googlemail.com", "victim@gmail.com"]
+    for i, email in enumerate(dotted):  # each from another network: only the mailbox limits
+        assert ask(app, f"198.51.100.{i + 1}", email) == 202  # the same answer for all
+    assert len(smtp_server.received) == per_address == 3
+    assert {mailbox(r.rcpt_tos[0]) for r in smtp_server.received} == {"victim@gmail.com"}
+    # Elsewhere a dot makes another mailbox.
+    assert ask(app, "198.51.100.98", "v.ictim@example.org") == 202
+    assert ask(app, "198.51.100.99", "vi.ctim@example.org") == 202
+    assert len(smtp_server.received) == per_address + 2

@@ -20,7 +20,7 @@ from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
-from tests.sends import run_send, sent_before_0011
+from tests.sends import run_send, sent_before_0011, subscriber_before_0012
 from tests.web.conftest import BASE, Clock, body_text
 
 
@@ -104,14 +104,14 @@ def test_migration_0006_keeps_every_row_and_stops_id_reuse(web_config: Config) -
     try:
         store.upgrade("0005")
         now = utcnow()
-        for who in ("ada", "bob", "cyd"):
-            store.add_subscriber(f"{who}@example.org", topics=["gpu-kernels", "rendering"], now=now)
+        ids = [
+            subscriber_before_0012(store, f"{who}@example.org", ["gpu-kernels", "rendering"], now)
+            for who in ("ada", "bob", "cyd")
+        ]
         batch = [PaperData(key=f"2611.0000{i}", title=f"Paper {i}") for i in range(1, 4)]
         paper_ids = list(store.write_papers("s", decide(batch, {}), now).values())
-        for who in ("ada", "bob", "cyd"):  # each sent a digest, as the code of 0005 recorded it
-            sub = store.get_subscriber(f"{who}@example.org")
-            assert sub is not None
-            sent_before_0011(store, sub.id, now.date(), paper_ids, now)
+        for sid in ids:  # each sent a digest, as the code of 0005 recorded it
+            sent_before_0011(store, sid, now.date(), paper_ids, now)
         # The highest id, gone before 0006 (by hand: today's remove also clears later tables).
         with store.engine.begin() as conn:
             cyd = conn.execute(
