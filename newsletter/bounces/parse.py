@@ -28,12 +28,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from email.header import Header, decode_header
 from email.message import Message
 from email.parser import HeaderParser
 from email.utils import getaddresses, parseaddr
 
 from flufl.bounce import all_failures
 
+from newsletter.addresses import address_key
 from newsletter.bounces.events import BounceEvent, EventKind, EventSource
 from newsletter.bounces.verp import Verp, VerpToken
 
@@ -97,6 +99,18 @@ def classify(action: str, status: str | None, diagnostic: str) -> EventKind | No
 def _status_of(value: str) -> str | None:
     m = _STATUS.search(value)
     return m.group(0) if m else None
+
+
+def _text(value: object) -> str:
+    """A header's text. Raw UTF-8 in a header (an SMTPUTF8 bounce, RFC 6533) is read as UTF-8:
+    the parser would make each of its bytes a U+FFFD, so ``émile@…`` became ``��mile@…``, an
+    address nobody has."""
+    if isinstance(value, Header):
+        return "".join(
+            part.decode("utf-8", "replace") if isinstance(part, bytes) else part
+            for part, _charset in decode_header(value)
+        )
+    return str(value or "")
 
 
 def _address_field(value: str) -> str:
@@ -223,7 +237,7 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
             continue
         saw_status_part = True
         for block in _blocks(part):
-            final = str(block.get("Final-Recipient", "") or block.get("Original-Recipient", ""))
+            final = _text(block.get("Final-Recipient", "") or block.get("Original-Recipient", ""))
             action = str(block.get("Action", ""))
             if not final:
                 continue  # the per-message block (Reporting-MTA, Arrival-Date...)
@@ -236,10 +250,11 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
             kind = classify(action, status, diagnostic)
             if kind is None:
                 continue
-            if len(events) >= MAX_RECIPIENTS and address.lower() not in events:
-                dropped.add(address.lower())
+            key = address_key(address)
+            if len(events) >= MAX_RECIPIENTS and key not in events:
+                dropped.add(key)
                 continue
-            events[address.lower()] = _event(
+            events[key] = _event(
                 kind,
                 address,
                 EventSource.DSN,
@@ -259,14 +274,15 @@ def _bounce(msg: Message, token: VerpToken | None, now: datetime) -> Parsed:
         log.debug("flufl.bounce failed on a message", exc_info=True)
         permanent = frozenset()
     for raw in permanent:
-        address = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
-        if "@" not in address or address.lower() in events:
+        address = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        key = address_key(address)
+        if "@" not in address or key in events:
             continue
         if len(events) >= MAX_RECIPIENTS:
-            dropped.add(address.lower())
+            dropped.add(key)
             continue
         status = _status_near(body, address)
-        events[address.lower()] = _event(
+        events[key] = _event(
             classify("failed", status, "") or EventKind.HARD,
             address,
             EventSource.DSN,
@@ -360,11 +376,15 @@ def _arf(msg: Message, verp: Verp | None, now: datetime) -> Parsed:
             if token is not None:
                 break
     addresses = [
-        _address_field(str(v)) for v in fields.get_all("Original-Rcpt-To", []) if str(v).strip()
+        _address_field(_text(v)) for v in fields.get_all("Original-Rcpt-To", []) if _text(v).strip()
     ]
     if not addresses and original is not None:
-        addresses = [a for _, a in getaddresses([str(v) for v in original.get_all("To", [])])]
-    addresses = list(dict.fromkeys(a for a in addresses if "@" in a))
+        addresses = [a for _, a in getaddresses([_text(v) for v in original.get_all("To", [])])]
+    unique: dict[str, str] = {}  # one complaint per address, however often and spelled
+    for address in addresses:
+        if "@" in address:
+            unique.setdefault(address_key(address), address)
+    addresses = list(unique.values())
     dropped = max(0, len(addresses) - MAX_RECIPIENTS)
     addresses = addresses[:MAX_RECIPIENTS]
     if not addresses and token is None:
