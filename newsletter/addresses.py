@@ -82,6 +82,20 @@ def address_key(address: str) -> str:
     return f"{unicodedata.normalize('NFC', local).casefold()}@{domain.casefold()}"
 
 
+def masked_address(address: str) -> str:
+    """An address as a page opened by a feedback or "view in browser" link shows it: the local
+    part's first character, an ellipsis, the domain (``a…@example.org``).
+
+    Those links live a year and travel with forwarded digests, screenshots and link scanners:
+    whoever holds one sees the page, so the page tells the reader which of their addresses it
+    is about without handing the whole address to anyone else.
+    """
+    local, at, domain = address.rpartition("@")
+    if not at:
+        return "…"
+    return f"{local[:1]}…@{domain}"
+
+
 class InvalidAddress(SubscriberError, ValueError):
     """An address that cannot be used."""
 

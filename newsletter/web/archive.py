@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 
+from newsletter.addresses import masked_address
 from newsletter.config import Settings
 from newsletter.edition.archive import sent_digest
 from newsletter.render import DigestLinks, Renderer
@@ -18,8 +20,15 @@ def render_sent_edition(
     edition_date: date,
     links: DigestLinks | None,
 ) -> str | None:
-    """The HTML of a sent digest, re-rendered; ``None`` when there is no such sent edition."""
+    """The HTML of a sent digest, re-rendered; ``None`` when there is no such sent edition.
+
+    The footer names the reader's address masked (``a…@example.org``): the page is opened by a
+    year-long "view in browser" link, which travels with every forwarded copy of the digest.
+    """
     digest = sent_digest(settings, store, subscriber_id, edition_date)
     if digest is None:
         return None
-    return renderer.render(digest, links or DigestLinks(unsubscribe="", manage="")).html
+    shown = replace(digest.subscriber, email=masked_address(digest.subscriber.email))
+    return renderer.render(
+        replace(digest, subscriber=shown), links or DigestLinks(unsubscribe="", manage="")
+    ).html

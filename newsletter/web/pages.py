@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from newsletter.addresses import InvalidAddress, normalize_name
+from newsletter.addresses import InvalidAddress, masked_address, normalize_name
 from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.feedback import Ballot, Feedback, FeedbackError, FeedbackLinks
@@ -405,7 +405,7 @@ def _feedback_page(
         ballot=ballot,
         more=ballot.request.value > 0,
         paper=ballot.paper,
-        subscriber=ballot.subscriber,
+        address=masked_address(ballot.subscriber.email),  # the link may be a forwarded one
         links=ctx.service.links_as_of(ballot.subscriber, ballot.request.signed),
         mail_links=f"/feedback/{token}/links",
         csrf=csrf_field(ctx.service.tokens, cookie),
