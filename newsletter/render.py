@@ -103,6 +103,10 @@ class DigestLinks:
     view: str | None = None
     feedback: FeedbackUrls | None = None
     """Per-item feedback links; without it the digest shows none."""
+    by_mail: bool = False
+    """``manage`` and ``unsubscribe`` both lead to a page that mails the reader fresh links (a
+    "view in browser" page older than those links' 90 days): the footer says so, rather than
+    promising a one-click unsubscribe it cannot give."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -557,6 +557,7 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
             unsubscribe=ask if own is None else own.unsubscribe,
             manage=ask if own is None else own.manage,
             feedback=feedback.for_subscriber(sub),
+            by_mail=own is None,  # the footer says what the link does
         )
         html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sub.id, day, links)
     if html is None:

@@ -11,6 +11,7 @@ real SMTP server, the real app, SQLite and PostgreSQL.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
@@ -18,7 +19,9 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
+from newsletter.render import Renderer
 from newsletter.store import Store
+from tests import digests as D
 from tests.conftest import SmtpServer
 from tests.sends import run_send
 from tests.web.conftest import BASE, Clock, body_text, csrf_of, link_to
@@ -85,6 +88,10 @@ def test_old_feedback_and_view_links_open_pages_without_manage_links(
     assert_hands_out_nothing(client, view.text)
     ask = f"{BASE}{mailed['archive/view']}/links"
     assert ask in view.text  # where "manage" and "unsubscribe" lead instead
+    # ... and the footer says so: no "one click" that is a form and a mail away.
+    footer = view.text[view.text.index("You get this digest") :]
+    assert "Unsubscribe in one click" not in footer and "Manage topics" not in footer
+    assert f'<a href="{ask}"' in footer and "Email me a link to unsubscribe or manage" in footer
 
     # The way back: the reader asks, and fresh links go to their own address.
     before = len(smtp_server.messages_to(ADDRESS))
@@ -121,6 +128,8 @@ def test_pages_hand_out_links_as_old_as_the_link_that_opened_them(
     [manage] = usable_manage_links(client, feedback.text)
     view = client.get(mailed["archive/view"])
     [from_view] = usable_manage_links(client, view.text)
+    assert "Unsubscribe in one click" in view.text  # a fresh page's footer as mailed
+    assert "Email me a link" not in view.text
     [(_, unsubscribe)] = [m for m in TOKEN_LINK.findall(view.text) if m[0] == "unsubscribe"]
 
     clock.advance(days=60)  # day 61: still within the 90 days of the mailed manage link
@@ -167,3 +176,18 @@ def test_a_subscription_mail_still_opens_the_manage_page(
     assert "/manage/" in body_text(mail)
     clock.advance(days=89)
     assert 'name="topics"' in client.get(link_to(mail, "manage")).text
+
+
+def test_both_parts_of_a_digest_say_what_links_that_mail_fresh_ones_do() -> None:
+    """The footer of either part, HTML and text, when its manage and unsubscribe links lead to
+    the "email me a link" page (``DigestLinks.by_mail``), and as mailed otherwise."""
+    renderer = Renderer(D.settings())
+    ask = "https://papers.example.org/archive/view/t/links"
+    asking = replace(D.links(), manage=ask, unsubscribe=ask, by_mail=True)
+    rendered = renderer.render(D.empty_digest(), asking)
+    for part in (rendered.html, rendered.text):
+        assert "Email me a link to unsubscribe or manage" in part
+        assert "one click" not in part and "Manage topics" not in part
+    mailed = renderer.render(D.empty_digest(), D.links())
+    for part in (mailed.html, mailed.text):
+        assert "Unsubscribe in one click" in part and "Email me a link" not in part
