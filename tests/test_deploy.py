@@ -102,15 +102,24 @@ def test_compose_file_parses_and_wires_every_service() -> None:
 _REQUIRED = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*):\?(?P<message>[^}]+)\}$")
 
 
+#: ``${VAR:?message}`` (required) or ``${VAR:-default}`` anywhere in a value.
+_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:\?|:-)(?P<arg>[^}]*)\}")
+
+
 def interpolated(value: str, environ: dict[str, str]) -> str:
-    """``value`` as compose interpolates it (the ``${VAR:?message}`` form this file uses)."""
-    m = _REQUIRED.match(value)
-    if m is None:
-        assert "$" not in value, f"unexpected interpolation in {value!r}"
-        return value
-    if not environ.get(m["name"]):
-        raise LookupError(f"required variable {m['name']} is missing a value: {m['message']}")
-    return environ[m["name"]]
+    """``value`` as compose interpolates it (the ``${VAR:?message}`` and ``${VAR:-default}``
+    forms this file uses)."""
+
+    def one(m: re.Match[str]) -> str:
+        if environ.get(m["name"]):
+            return environ[m["name"]]
+        if m["op"] == ":-":
+            return m["arg"]
+        raise LookupError(f"required variable {m['name']} is missing a value: {m['arg']}")
+
+    out = _REFERENCE.sub(one, value)
+    assert "$" not in out, f"unexpected interpolation in {value!r}"
+    return out
 
 
 def test_compose_takes_the_secret_key_from_the_operator() -> None:
