@@ -12,10 +12,10 @@ from datetime import datetime
 from newsletter.config import Config
 from newsletter.edition import EditionBuilder, edition_date_for
 from newsletter.edition.build import day_ranker, history_since
-from newsletter.semantic.vectors import VectorSource
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
+from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
 from newsletter.store import Store
 

@@ -1074,7 +1074,7 @@ class Ranker:
                 {p.key: p.title for p in (*examples, *self.index.papers)},
                 semantic.keywords,
             )
-        elif likes or examples:
+        if likes or examples:
             self.space = ProfileSpace(
                 docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
             )
@@ -1238,18 +1238,24 @@ class Ranker:
     def _reader_meaning(
         self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
     ) -> Iterator[DigestItem]:
-        """:meth:`reader_items` with semantic ranking: the topic's query moved by the reader's
-        votes (Rocchio over vectors), fused with keyword relevance as the shared list is."""
+        """:meth:`reader_items` with semantic ranking: what meaning adds for the topic, plus
+        the paper's likeness to the reader's votes in both spaces (their Rocchio profile over
+        the vectors, :meth:`MeaningSpace.reader`, and over tf-idf, :class:`ProfileSpace`), all
+        in units of the topic's best keyword match; a paper strongly like the votes is shown
+        even without a keyword match."""
         assert self.meaning is not None
         i = self._order[topic_name]
-        ev = self.meaning.reader(i, more, less)
+        ev = self.meaning.reader(more, less)
         if ev is None:
             yield from self._pool_order[topic_name]
             return
+        shared = self.meaning.topic(i)
         topic = self.topics[topic_name]
         lexical = self._lexical[i] * self._passes[i]
-        admitted = self._passes[i] & ((lexical > 0) | ev.strong)
-        part = self._scale[topic_name] * ev.part * admitted
+        admitted = self._passes[i] & ((lexical > 0) | shared.strong | ev.strong)
+        words = self.space.rocchio(more, less) if self.space is not None else None
+        profile = np.maximum(words[0], 0.0) if words is not None else 0.0
+        part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
         rel = (lexical + part) * admitted
         rel[rel < topic.min_score - 1e-9] = 0.0
         best = float(rel.max()) if rel.size else 0.0
@@ -1411,7 +1417,9 @@ class Ranker:
             shown.append((field, label))
             if len(shown) == 3:
                 break
-        lexical = ex.relevance - (ex.like[1] if ex.like else 0.0) - (ex.meaning[3] if ex.meaning else 0.0)
+        lexical = (
+            ex.relevance - (ex.like[1] if ex.like else 0.0) - (ex.meaning[3] if ex.meaning else 0.0)
+        )
         if ex.like and ex.like[1] >= lexical:
             parts.append(f"like: {ex.like[0]}")  # there because it resembles the topic's examples
         if ex.meaning and ex.meaning[3] >= lexical:

