@@ -1063,6 +1063,8 @@ class Ranker:
         """Papers, topics and examples as embedding vectors (semantic ranking), or None."""
         self._meant: dict[str, FloatArray] = {}
         """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
+        self._admitted: dict[str, npt.NDArray[np.bool_]] = {}
+        """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
         if semantic is not None and self.index.n_papers and len(topics):
             vectors = {p.key: semantic.papers[j] for j, p in enumerate(self.index.papers)}
             vectors.update(semantic.examples)
@@ -1154,14 +1156,24 @@ class Ranker:
         the two scores each normalised by its theoretical maximum (Bruch et al., "An analysis
         of fusion functions for hybrid retrieval", 2023), in the units the relative cut,
         ``min_score`` and trending already use.
+
+        A paper without a keyword match is shown only when its similarity is an outlier of the
+        day (:func:`~newsletter.semantic.space.evidence`) and at least that of the topic's
+        typical keyword match today (the median over them), or without any, of its typical
+        ``like:`` paper: "as close in meaning as what the keywords or examples found". A day
+        without either admits nothing on meaning alone, so a quiet topic stays quiet.
         """
         assert self.meaning is not None
         ev = self.meaning.topic(i)
         passes = self._passes[i]
-        admitted = passes & ((relevance[i] > 0) | ev.strong)
+        matched = (relevance[i] > 0) & passes
+        known = ev.similarity[matched] if matched.any() else self.meaning.like_similarity(i)
+        floor = float(np.median(known)) if len(known) else np.inf
+        admitted = matched | (passes & ev.strong & (ev.similarity >= floor))
         part = self._scale[topic.name] * ev.part * admitted
         relevance[i] = (relevance[i] + part) * admitted
         self._meant[topic.name] = part
+        self._admitted[topic.name] = admitted
         relevance[i] *= relevance[i] >= topic.min_score - 1e-9
 
     def _filter_masks(self) -> npt.NDArray[np.bool_]:
@@ -1252,7 +1264,7 @@ class Ranker:
         shared = self.meaning.topic(i)
         topic = self.topics[topic_name]
         lexical = self._lexical[i] * self._passes[i]
-        admitted = self._passes[i] & ((lexical > 0) | shared.strong | ev.strong)
+        admitted = self._admitted[topic_name] | (self._passes[i] & ev.strong)
         words = self.space.rocchio(more, less) if self.space is not None else None
         profile = np.maximum(words[0], 0.0) if words is not None else 0.0
         part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
@@ -1422,8 +1434,8 @@ class Ranker:
         )
         if ex.like and ex.like[1] >= lexical:
             parts.append(f"like: {ex.like[0]}")  # there because it resembles the topic's examples
-        if ex.meaning and ex.meaning[3] >= lexical:
-            topic, near, sim, _ = ex.meaning  # there mostly for its meaning
+        if ex.meaning and lexical <= 1e-9:
+            topic, near, sim, _ = ex.meaning  # there for its meaning alone
             nearest = f" ({near}, {sim:.2f})" if near else f" ({sim:.2f})"
             parts.append(f"close in meaning to {topic}{nearest}")
         for field in ("title", "abstract"):

@@ -35,6 +35,7 @@ from newsletter.store import Store
 
 if TYPE_CHECKING:
     from newsletter.deliver.smtp import MailerFactory
+    from newsletter.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,25 @@ class RunLease:
         self._thread.join()
 
 
+def embed_new(services: Services, now: datetime) -> int:
+    """Give every paper a send would rank (first seen within ``digest.lookback_days``) its
+    vector now, so that sends read vectors and never load the model; returns how many were
+    embedded. A model that fails here is logged and the send tries again: the fetch stands."""
+    lookback = timedelta(days=services.config.settings.digest.lookback_days)
+    vectors = services.vectors
+    if vectors.problem:
+        return 0
+    try:
+        return vectors.embed_papers(services.store.recent_papers(now - lookback))
+    except (RuntimeError, ValueError, OSError, MemoryError) as e:  # the runtime's own failures
+        log.warning(
+            "ranking: embedding the new papers failed (%s: %s); a send tries again",
+            type(e).__name__,
+            e,
+        )
+        return 0
+
+
 def fetch_step(
     config: Config,
     store: Store,
@@ -159,6 +179,7 @@ def fetch_step(
     run_id = lease.id
     try:
         report = run_fetch(config, store, now, only=only, progress=progress)
+        report = replace(report, embedded=embed_new(services, now), matching=services.vectors.state)
     finally:
         lease.close()
     failed = [s.source for s in report.failed]
@@ -170,6 +191,7 @@ def fetch_step(
         "unannounced": report.unannounced,
         "skipped": report.skipped,
         "failed_sources": len(failed),
+        "embedded": report.embedded,
     }
     error = "; ".join(f"{s.source}: {'; '.join(s.errors)}" for s in report.failed) or None
     status = "failed" if report.sources and len(failed) == len(report.sources) else "ok"

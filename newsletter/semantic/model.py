@@ -94,11 +94,14 @@ def _package_dir(name: str) -> Path | None:
     return None
 
 
-def locate(spec: str, cache: Path, base_dir: Path | None = None) -> ModelFiles:
+def locate(
+    spec: str, cache: Path, base_dir: Path | None = None, *, convert: bool = True
+) -> ModelFiles:
     """The files of the model ``ranking.model`` names (a directory, or a known model's name).
 
     Raises :class:`ModelUnavailable` with what to do. May write the ONNX form of a
-    safetensors model to ``cache`` (once; later calls find it there).
+    safetensors model to ``cache`` (once; later calls find it there); ``convert=False`` only
+    checks that it could (``status``).
     """
     missing = runtime_missing()
     if missing:
@@ -130,12 +133,13 @@ def locate(spec: str, cache: Path, base_dir: Path | None = None) -> ModelFiles:
         )
     onnx_file = _onnx_in(directory)
     if onnx_file is None:
-        onnx_file = _converted(directory, name, cache)
+        onnx_file = _converted(directory, name, cache, convert=convert)
     return ModelFiles(name, onnx_file, tokenizer)
 
 
-def _converted(directory: Path, name: str, cache: Path) -> Path:
-    """The ONNX form of a safetensors model, made once into ``cache``."""
+def _converted(directory: Path, name: str, cache: Path, *, convert: bool = True) -> Path:
+    """The ONNX form of a safetensors model, made once into ``cache`` (``convert=False``:
+    where it would be, after checking that it can be made)."""
     weights = directory / "model.safetensors"
     if not weights.is_file() or not (directory / "config.json").is_file():
         raise ModelUnavailable(
@@ -149,6 +153,10 @@ def _converted(directory: Path, name: str, cache: Path) -> Path:
         return target
     try:
         from newsletter.semantic.export import bert_to_onnx
+
+        if not convert:
+            importlib.import_module("onnx")
+            return target
 
         log.info("ranking: writing %s's ONNX form to %s (once)", name, target)
         bert_to_onnx(directory, target)

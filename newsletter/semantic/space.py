@@ -111,6 +111,13 @@ class MeaningSpace:
     def topic(self, i: int) -> Evidence:
         return evidence(self.similarity[i])
 
+    def like_similarity(self, i: int) -> FloatArray:
+        """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
+        vecs = [self.examples[k] for k in self.likes[i]]
+        if not vecs:
+            return np.zeros(0, dtype=np.float32)
+        return np.stack(vecs) @ self.queries[i]
+
     def reader(self, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
         """The day's papers against a reader's votes (``more`` and ``less``: example keys);
         None when none of their votes is on a known paper."""

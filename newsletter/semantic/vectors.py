@@ -135,6 +135,16 @@ class VectorSource:
         name = path.resolve().name if path.is_dir() else ALIASES.get(spec.lower(), spec)
         return f"{name}@{self._settings.max_tokens}"
 
+    def check(self) -> str:
+        """:attr:`state`, after checking that the model's files are there (without loading
+        the model): what ``status`` shows."""
+        if self.problem is None:
+            try:
+                locate(self._settings.model, self._cache, self._base, convert=False)
+            except ModelUnavailable as e:
+                return str(e).replace("semantic matching is off", "ranking is lexical")
+        return self.state
+
     @property
     def state(self) -> str:
         """One line: semantic matching on (with the model) or off (why, and what to do)."""

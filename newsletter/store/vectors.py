@@ -37,17 +37,28 @@ class VectorStore(StoreBase):
         process embedded the same text first) keeps its row. Returns how many were new."""
         if not vectors:
             return 0
-        rows = [
-            {"model": model, "text_hash": h, "vector": v, "created_at": now}
-            for h, v in vectors.items()
-        ]
+        e = t.embeddings
+        hashes = list(vectors)
         added = 0
         with self.engine.begin() as conn:
-            for start in range(0, len(rows), CHUNK):
-                stmt = self._insert(t.embeddings).on_conflict_do_nothing(  # type: ignore[attr-defined]
-                    index_elements=["model", "text_hash"]
+            for start in range(0, len(hashes), CHUNK):
+                chunk = hashes[start : start + CHUNK]
+                have = set(
+                    conn.execute(
+                        select(e.c.text_hash).where(e.c.model == model, e.c.text_hash.in_(chunk))
+                    ).scalars()
                 )
-                added += conn.execute(stmt, rows[start : start + CHUNK]).rowcount or 0
+                rows = [
+                    {"model": model, "text_hash": h, "vector": vectors[h], "created_at": now}
+                    for h in chunk
+                    if h not in have
+                ]
+                if rows:
+                    stmt = self._insert(e).on_conflict_do_nothing(  # type: ignore[attr-defined]
+                        index_elements=["model", "text_hash"]
+                    )
+                    conn.execute(stmt, rows)
+                    added += len(rows)
         return added
 
     def prune_vectors(self, before: datetime) -> int:
