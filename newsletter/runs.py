@@ -142,16 +142,30 @@ class RunLease:
         self._thread.join()
 
 
+VECTORS_KEPT = timedelta(days=400)
+"""Vectors older than this are deleted at fetch: longer than any paper is ranked or a vote
+shapes a profile (a year), so only texts nobody needs lose theirs (made again if ever needed)."""
+
+
 def embed_new(services: Services, now: datetime) -> int:
-    """Give every paper a send would rank (first seen within ``digest.lookback_days``) its
-    vector now, so that sends read vectors and never load the model; returns how many were
-    embedded. A model that fails here is logged and the send tries again: the fetch stands."""
+    """Give everything a send would embed its vector now: the papers it would rank (first
+    seen within ``digest.lookback_days``), the topics and their keywords, and the papers
+    readers voted on or topics like, so that sends read vectors and never load the model;
+    returns how many papers were embedded. A model that fails here is logged and the send tries again: the fetch stands."""
     lookback = timedelta(days=services.config.settings.digest.lookback_days)
     vectors = services.vectors
     if vectors.problem:
         return 0
+    from newsletter.edition.build import profile_examples
+
+    store, topics = services.store, services.config.settings.topics
     try:
-        return vectors.embed_papers(services.store.recent_papers(now - lookback))
+        store.prune_vectors(now - VECTORS_KEPT)
+        papers = store.recent_papers(now - lookback)
+        examples = profile_examples(services.config, store, papers, now)
+        new = vectors.embed_papers([*papers, *examples])
+        vectors.semantic(papers, topics, examples)  # and the topics' and keywords' texts
+        return new
     except (RuntimeError, ValueError, OSError, MemoryError) as e:  # the runtime's own failures
         log.warning(
             "ranking: embedding the new papers failed (%s: %s); a send tries again",

@@ -116,6 +116,8 @@ class VectorSource:
         self._embedder: Embedder | None = None
         self.loaded = False
         """Whether the model was loaded (some text had no stored vector)."""
+        self.embedded = 0
+        """How many texts this source embedded (the others were read back)."""
         self.problem: str | None = self._problem()
         self.model = self._name()
 
@@ -156,6 +158,7 @@ class VectorSource:
         if self._embedder is None and self.problem is None:
             try:
                 files = locate(self._settings.model, self._cache, self._base)
+                log.info("ranking: loading the model %s (%s)", files.name, files.onnx)
                 self._embedder = Embedder(files, max_tokens=self._settings.max_tokens)
                 self.model = self._embedder.name
                 self.loaded = True
@@ -189,6 +192,7 @@ class VectorSource:
             fresh = {h: made[i].astype("<f4").tobytes() for i, (h, _) in enumerate(todo)}
             self._store.put_vectors(self.model, fresh, self._now())
             stored.update(fresh)
+            self.embedded += len(fresh)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([np.frombuffer(stored[h], dtype="<f4") for h in hashes])

@@ -14,15 +14,20 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.semantic.model import Embedder
+from tests.conftest import SmtpServer
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def demo(tmp_path: Path, model_cache: Path, **ranking: object) -> str:
+def demo(
+    tmp_path: Path, model_cache: Path, smtp: SmtpServer | None = None, **ranking: object
+) -> str:
     shutil.copytree(ROOT / "config", tmp_path / "config")
     path = tmp_path / "config" / "demo.yaml"
     data = yaml.safe_load(path.read_text())
     data["ranking"] = {"model_cache": str(model_cache), **ranking}
+    if smtp is not None:
+        data["smtp"] = {**data["smtp"], "host": smtp.host, "port": smtp.port}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return str(path)
 
@@ -34,15 +39,23 @@ def run(config: str, *args: str) -> str:
 
 
 def test_fetch_embeds_rank_and_status_say_semantic(
-    tmp_path: Path, model_cache: Path, embedder: Embedder
+    tmp_path: Path, model_cache: Path, embedder: Embedder, smtp_server: SmtpServer
 ) -> None:
-    config = demo(tmp_path, model_cache)
+    config = demo(tmp_path, model_cache, smtp_server)
     run(config, "db", "upgrade")
-    assert "Embedded 44 papers for semantic ranking." in run(config, "fetch")
-    assert "Embedded" not in run(config, "fetch")  # nothing new, nothing embedded
+    fetched = run(config, "fetch")
+    assert "Embedded 44 papers for semantic ranking." in fetched
+    assert "loading the model all-MiniLM-L6-v2" in fetched  # the run log (stderr)
+    again = run(config, "fetch")
+    assert "Embedded" not in again and "loading the model" not in again  # nothing new
     out = run(config, "rank", "--to", "grace@example.org", "--explain")
     assert "Matching: ranking fuses keywords with meaning (all-MiniLM-L6-v2@128)" in out
     assert "meaning: similarity 0." in out  # --explain shows what meaning added
+    # The send reads every vector from the database: the model is not loaded.
+    sent = run(config, "send", "--now")
+    assert "loading the model" not in sent
+    assert "ranking fuses keywords with meaning" in sent, sent
+    assert len(smtp_server.received) == 3
     assert "Matching: ranking fuses keywords with meaning" in run(config, "status")
 
 
