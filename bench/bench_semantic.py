@@ -26,8 +26,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from bench.bench_rank import NOW, VOTERS, VOTES, make_papers
 from newsletter.profiles import Preference
 from newsletter.rank import Ranker

@@ -116,7 +116,8 @@ class MeaningSpace:
         vecs = [self.examples[k] for k in self.likes[i]]
         if not vecs:
             return np.zeros(0, dtype=np.float32)
-        return np.stack(vecs) @ self.queries[i]
+        found: FloatArray = np.stack(vecs) @ self.queries[i]
+        return found
 
     def reader(self, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
         """The day's papers against a reader's votes (``more`` and ``less``: example keys);
