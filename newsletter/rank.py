@@ -1276,14 +1276,14 @@ class Ranker:
         rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
         score = np.round(rel * self.index.boost, 6)
         papers_t = self.index.papers
+        voted = self._scale[topic_name] * (ev.part + profile) * admitted  # the votes' share
         for j in self._best_first(score):
             reason = self._reason(topic_name, j)
-            if more and part[j] > 0 and part[j] >= lexical[j]:
-                near = self.meaning.nearest(i, j, more)
-                if near is not None and near[0] != reason:
-                    like = f"close in meaning to {near[0]}"
-                    if not reason.startswith("close in meaning"):
-                        reason = f"{like} · {reason}" if reason else like
+            if more and voted[j] > 0 and voted[j] >= lexical[j]:
+                key = self.meaning.closest(more, j)
+                if key is not None:
+                    like = f"like: {_short(self.meaning.labels.get(key, key))}"
+                    reason = f"{like} · {reason}" if reason else like
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
 
     def _best_first(self, score: FloatArray, first: int = 48) -> Iterator[int]:

@@ -127,16 +127,24 @@ class MeaningSpace:
         q = self._rocchio(np.zeros(self.papers.shape[1], dtype=np.float32), more, less)
         return evidence(self.papers @ q)
 
-    def nearest(self, i: int, j: int, voted: Sequence[str] = ()) -> tuple[str, float] | None:
-        """What of topic ``i`` paper ``j`` is closest to in meaning: a keyword entry, a liked
-        or voted paper (its title), with the cosine."""
+    def closest(self, keys: Sequence[str], j: int) -> str | None:
+        """Of ``keys`` (example papers), the one most similar to paper ``j``."""
+        found = [k for k in dict.fromkeys(keys) if k in self.examples]
+        if not found:
+            return None
+        sims = np.stack([self.examples[k] for k in found]) @ self.papers[j]
+        return found[int(np.argmax(sims))]
+
+    def nearest(self, i: int, j: int) -> tuple[str, float] | None:
+        """What of topic ``i`` paper ``j`` is closest to in meaning: a keyword entry or a
+        liked paper (its title), with the cosine."""
         p = self.papers[j]
         best: tuple[float, str] | None = None
         for label, vec in self.keywords[i].items():
             c = float(vec @ p)
             if best is None or c > best[0]:
                 best = (c, label)
-        for key in (*self.likes[i], *voted):
+        for key in self.likes[i]:
             example = self.examples.get(key)
             if example is not None:
                 c = float(example @ p)

@@ -174,6 +174,8 @@ def test_a_readers_votes_lift_papers_like_the_ones_they_want() -> None:
     mine = [i.paper.key for s in ranker.sections(["gnn-systems"], votes=votes) for i in s.items]
     assert set(shared) == set(mine) == {a.key, b.key}
     assert mine[0] == a.key
+    first = next(i for s in ranker.sections(["gnn-systems"], votes=votes) for i in s.items)
+    assert first.reason.startswith("like: An earlier paper on CPU graph training")
     against = [Preference(liked.key, -1)]
     lowered = [
         i.paper.key for s in ranker.sections(["gnn-systems"], votes=against) for i in s.items
