@@ -27,6 +27,7 @@ from newsletter.alerts import alert
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver.ledger import owner_gone, run_owner
+from newsletter.examples import profile_examples
 from newsletter.ingest import FetchReport, run_fetch
 from newsletter.logs import step
 from newsletter.models import RunRecord
@@ -156,8 +157,6 @@ def embed_new(services: Services, now: datetime) -> int:
     vectors = services.vectors
     if vectors.problem:
         return 0
-    from newsletter.edition.build import profile_examples
-
     store, topics = services.store, services.config.settings.topics
     try:
         store.prune_vectors(now - VECTORS_KEPT)

@@ -20,6 +20,7 @@ from newsletter.deliver import (
     build_message,
 )
 from newsletter.deliver.dkim import maybe_sign
+from newsletter.examples import profile_examples
 from newsletter.feedback import FeedbackLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
@@ -30,30 +31,6 @@ from newsletter.store.protocol import SendStore
 from newsletter.tokens import Purpose
 
 log = logging.getLogger(__name__)
-
-VOTES_SINCE = timedelta(days=365)
-"""Votes older than this no longer shape a reader's digest (feedback links last a year)."""
-
-
-def profile_examples(
-    config: Config, store: SendStore, papers: Sequence[Paper], now: datetime
-) -> list[Paper]:
-    """The papers reader profiles can use this run, besides the run's own: those readers voted
-    on (within ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that
-    is not stored is logged, naming the topic and what to do."""
-    examples = store.voted_papers(now - VOTES_SINCE)
-    have = {p.key for p in papers} | {p.key for p in examples}
-    wanted = {k: t.name for t in config.settings.topics for k in t.like if k not in have}
-    found = store.papers_by_keys(wanted) if wanted else {}
-    for key, topic in wanted.items():
-        if key not in found:
-            log.warning(
-                "topic %s: like: %s is not a stored paper, so it shapes nothing yet; fetch it "
-                "(an arxiv_api source) or remove it from the topic",
-                topic,
-                key,
-            )
-    return [*examples, *found.values()]  # the Ranker adds the run's own like: papers
 
 
 def day_ranker(

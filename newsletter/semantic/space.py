@@ -38,6 +38,7 @@ keyword matches but admits no paper on its own."""
 
 
 def unit(v: FloatArray) -> FloatArray:
+    """``v`` scaled to length 1 (a zero vector stays zero)."""
     norm = float(np.linalg.norm(v))
     return v / norm if norm > 1e-12 else v
 
@@ -109,6 +110,7 @@ class MeaningSpace:
         return unit(q)
 
     def topic(self, i: int) -> Evidence:
+        """The day's papers against topic ``i``'s query."""
         return evidence(self.similarity[i])
 
     def like_similarity(self, i: int) -> FloatArray:

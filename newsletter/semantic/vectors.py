@@ -64,6 +64,7 @@ def keyword_texts(topic: TopicSettings) -> dict[str, str]:
 
 
 def text_hash(text: str) -> str:
+    """The key a text's vector is stored under (SHA-256, hex)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -83,6 +84,7 @@ class Semantic:
 
 
 def default_cache() -> Path:
+    """Where a model's ONNX form is kept by default: ``$XDG_CACHE_HOME/newsletter/models``."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "newsletter" / "models"
 
