@@ -82,6 +82,10 @@ class Vectors(Protocol):
         """Keep ``vectors`` (text hash → bytes) of ``model``; returns how many were new."""
         ...
 
+    def prune_vectors(self, before: datetime) -> int:
+        """Delete vectors stored before ``before``; returns how many."""
+        ...
+
 
 class Papers(PaperReads, Protocol):
     """Papers, their sources and signals, and votes (:mod:`.papers`)."""
