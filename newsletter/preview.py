@@ -15,6 +15,7 @@ from newsletter.edition.build import day_ranker, history_since
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
+from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
 from newsletter.store import Store
 
@@ -52,6 +53,8 @@ class RankPreview:
     missing_topics: tuple[str, ...]
     """The subscriber's topics that are no longer in the config (ignored)."""
     sections: tuple[RankedSection, ...]
+    matching: str = ""
+    """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
 
 
 def rank_preview(
@@ -60,7 +63,8 @@ def rank_preview(
     """The ranking ``subscriber`` would get at ``now``: sections, scores, reasons and
     explanations, with the papers already sent to them left out."""
     settings = config.settings
-    papers, ranker = day_ranker(config, store, now)
+    vectors = VectorSource(config, store, lambda: now)
+    papers, ranker = day_ranker(config, store, now, vectors)
     sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
     votes = store.votes_of(subscriber.id)
@@ -78,6 +82,7 @@ def rank_preview(
         votes=len(votes),
         missing_topics=tuple(t for t in subscriber.topics if t not in ranker.topics),
         sections=tuple(_ranked(section, ranker) for section in sections),
+        matching=vectors.state,
     )
 
 
