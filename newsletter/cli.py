@@ -1687,23 +1687,30 @@ def bounces_poll(obj: Context) -> None:
 @click.option(
     "--dir",
     "var",
-    default="var/demo",
+    default="newsletter-demo",
     type=click.Path(file_okay=False, path_type=Path),
     show_default=True,
-    help="Where the sink's Maildir and the rendered digests go.",
+    help="The demo's own directory: its config, snapshot feeds, database, Maildir and digests.",
 )
 @click.pass_obj
 def demo(obj: Context, var: Path) -> None:
-    """One full edition on the bundled demo: fetch snapshots, send to a local SMTP sink."""
-    from newsletter.demo import run_demo
+    """One full edition on the bundled demo: fetch snapshots, send to a local SMTP sink.
+
+    The demo runs on its own config and SQLite database in --dir, never on yours: --config,
+    $NEWSLETTER_CONFIG and $NEWSLETTER_DATABASE_URL are not read. Delete the directory to start
+    over.
+    """
+    from newsletter.demo import prepare_demo, run_demo
 
     with errors():
-        run_demo(
-            obj.config,
-            var,
-            console,
-            print_fetch_report=print_fetch_report,
-        )
+        config = prepare_demo(var)
+        if obj.config_path:
+            console.print(
+                f"The demo ignores the config {shown(obj.config_path)}: it runs on its own, "
+                f"{shown(config.path)}.",
+                highlight=False,
+            )
+        run_demo(config, var, console, print_fetch_report=print_fetch_report)
 
 
 @cli.command()

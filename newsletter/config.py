@@ -1227,9 +1227,12 @@ def _resolve_db_url(url: str, base: Path) -> str:
     return url
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Load the config at ``path``, else ``$NEWSLETTER_CONFIG``, else ``./newsletter.yaml``."""
-    chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+def load_config(path: str | os.PathLike[str] | None = None, *, environment: bool = True) -> Config:
+    """Load the config at ``path``, else ``$NEWSLETTER_CONFIG``, else ``./newsletter.yaml``.
+
+    ``environment=False`` reads the file alone, without ``$NEWSLETTER_DATABASE_URL``: the demo's
+    database must be its own even where the environment names an operator's."""
+    chosen = Path(path or (os.environ.get(ENV_CONFIG) if environment else None) or DEFAULT_CONFIG)
     try:
         text = chosen.read_text(encoding="utf-8")
     except FileNotFoundError as e:
@@ -1241,7 +1244,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(str(chosen), [f"{chosen}: cannot read: {e}"]) from e
     settings, lines = parse_config(text, str(chosen))
     base = chosen.resolve().parent
-    url = os.environ.get(ENV_DATABASE_URL) or settings.database.url
+    url = (os.environ.get(ENV_DATABASE_URL) if environment else None) or settings.database.url
     check_workers_database(settings, url, str(chosen), _line_for(("workers",), lines))
     return Config(settings=settings, path=chosen.resolve(), database_url=_resolve_db_url(url, base))
 
