@@ -208,7 +208,44 @@ def errors() -> Iterator[None]:
         fail(str(error), error.exit_status)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+NO_CONFIG = frozenset({"init", "sink"})
+"""Commands that read no config: they take no ``--config`` of their own."""
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    obj = ctx.find_object(Context)
+    if value is not None and obj is not None:
+        obj.config_path = value
+
+
+class CommandGroup(click.Group):
+    """A group whose commands also take ``--config``/``-c`` after their name.
+
+    ``newsletter fetch --config x.yaml`` is where people put it; it means the same as
+    ``newsletter --config x.yaml fetch`` (given in both places, the later one wins). Added as
+    each command is registered, so a new command gets it too; subgroups are of this class.
+    """
+
+    group_class = type
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if cmd.name not in NO_CONFIG and not any(p.name == "config_after" for p in cmd.params):
+            cmd.params.append(
+                click.Option(
+                    ["--config", "-c", "config_after"],
+                    metavar="FILE",
+                    expose_value=False,
+                    callback=_config_after,
+                    help="Config file (the same as 'newsletter --config FILE').",
+                )
+            )
+        super().add_command(cmd, name)
+
+
+@click.group(
+    cls=CommandGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--config",
     "-c",
@@ -1126,7 +1163,7 @@ def subscribers_add(
 def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
     """List subscribers with their status and topics.
 
-    Suppressed addresses (mail to them failed permanently ``delivery.suppress_after`` times)
+    Suppressed addresses (mail to them failed permanently delivery.suppress_after times)
     also show their failure count and the relay's last answer:
 
     \b
