@@ -814,7 +814,9 @@ def print_send_report(report: Any, started: float | None = None) -> None:
     if report.dry_run:
         console.print(
             f"Dry run for {dates}: {counted(len(report.rendered), 'digest')} would be sent, "
-            f"{report.empty} empty; nothing was sent or recorded."
+            + (f"{report.already} already sent, " if report.already else "")
+            + f"{report.empty} empty; nothing was sent or recorded."
+            + (" A subscriber gets one edition a day." if report.already else "")
         )
         for addr, rendered in report.rendered:
             console.print(f"  {shown(addr)}: {shown(rendered.subject)}", highlight=False)
@@ -963,7 +965,17 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
         )
     for section in ranking.sections:
         console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.papers)})", highlight=False)
-        if not section.papers:
+        already = [
+            f"already sent today: {counted(section.sent_today, 'paper')}"
+            if section.sent_today
+            else "",
+            f"already sent in earlier digests: {counted(section.sent_before, 'paper')}"
+            if section.sent_before
+            else "",
+        ]
+        if any(already):
+            console.print("  " + "; ".join(a for a in already if a) + " (never sent twice)")
+        elif not section.papers:
             console.print("  nothing strong in this topic today")
         left_out = section.left_out
         if left_out:
