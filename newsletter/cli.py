@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -300,20 +301,74 @@ def example_config() -> Path:
     raise NewsletterError("the example config is missing from this install")
 
 
+DEMO_STARTER_HEADER = """\
+# newsletter: a starter config that works on this machine today (`newsletter init --demo`).
+# Sources are the snapshot feeds in demo-feeds/ (no internet needed), links point at
+# http://localhost:8000 (`newsletter serve`), and mail goes to a local sink on 127.0.0.1:2525
+# (`newsletter sink --port 2525`). For production, change: sources (live feeds), sender
+# (from, postal_address, base_url: the public https URL of `newsletter serve`), smtp (your
+# relay), subscribers; `newsletter init` writes the full commented example of every key.
+"""
+
+
 @cli.command()
 @click.argument("path", default="newsletter.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init(path: Path, force: bool) -> None:
+@click.option(
+    "--demo",
+    "demo_starter",
+    is_flag=True,
+    help="A config that works offline today: snapshot feeds (copied beside it), links on "
+    "localhost, mail to a local sink.",
+)
+def init(path: Path, force: bool, demo_starter: bool) -> None:
     """Write a commented starter config to PATH (default ./newsletter.yaml)."""
     with errors():
         if path.exists() and not force:
             fail(f"{path} already exists; pass --force to overwrite it")
         path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(example_config(), path)
-    console.print(f"Wrote [bold]{path}[/]. Next:")
-    console.print(f"  1. edit it: sources, topics, smtp, sender ({path})")
-    console.print("  2. newsletter db upgrade")
-    console.print("  3. newsletter fetch && newsletter send --now --dry-run")
+        if demo_starter:
+            from newsletter.demo import DEMO_FEEDS, shipped_demo
+
+            config_file, feeds = shipped_demo()
+            body = config_file.read_text(encoding="utf-8").split("\ndatabase:", 1)[1]
+            body = re.sub(
+                r"url: sqlite:///demo\.db.*",
+                "url: sqlite:///var/newsletter.db  # beside this file",
+                body,
+            )
+            body = re.sub(
+                r"secret_key_file: secret\.key.*", "secret_key_file: var/secret.key", body
+            )
+            path.write_text(DEMO_STARTER_HEADER + "\ndatabase:" + body, encoding="utf-8")
+            shutil.copytree(feeds, path.parent / DEMO_FEEDS, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(example_config(), path)
+    c = "" if path == Path("newsletter.yaml") else f" -c {shlex.quote(str(path))}"
+    console.print(f"Wrote [bold]{path}[/]. Next:", highlight=False)
+    if demo_starter:
+        console.print(
+            "  1. in another terminal, a local relay that keeps every message: "
+            "newsletter sink --port 2525\n"
+            f"  2. newsletter{c} db upgrade  (adds the three example subscribers)\n"
+            f"  3. newsletter{c} fetch && newsletter{c} send --now\n"
+            f"  4. newsletter{c} serve  (the digests' links, on http://localhost:8000)\n"
+            "For production, change in it: sources (live feeds), sender.base_url (the public "
+            "https URL of 'newsletter serve'), sender.from and postal_address, smtp (your "
+            "relay), subscribers.",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"  1. edit it: topics (what readers follow), sender.from and postal_address ({path})\n"
+        f"  2. newsletter{c} db upgrade\n"
+        f"  3. newsletter{c} fetch && newsletter{c} send --now --dry-run\n"
+        "For production, change: sender.base_url to the public https URL of 'newsletter serve' "
+        "(the digests' confirm, manage and unsubscribe links go there), smtp to your relay "
+        "(password in $NEWSLETTER_SMTP_PASSWORD), sender.from to a domain with SPF and DKIM "
+        "(docs/deploy.md). To try it all offline first: newsletter init --demo DIR/newsletter.yaml",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------------------- db
