@@ -101,6 +101,17 @@ def test_source_urls_that_are_allowed_still_load(tmp_path: Path) -> None:
         # unclosed bracket and quote: the line that opened them, not the end of the file
         ("database:\n  url: [unclosed\nweb:\n  port: 1\n", 2, "'[' opened on this line"),
         ('smtp:\n  host: "x\n  port: 2\nweb:\n  port: 1\n', 2, "quote opened on this line"),
+        # ... and closed by the next quote further down (issue 29 item 10): not "indented"
+        (
+            'sender:\n  from: "Papers <a@b.org>\n  postal_address: "Lab"\n  base_url: x\n',
+            2,
+            "the quote opened on this line is not closed on it, so the value runs on to line 3",
+        ),
+        (
+            "topics:\n  - name: 'llm\n    title: LLM\n    keywords: ['KV cache']\n",
+            2,
+            "the quote opened on this line is not closed on it",
+        ),
         ("smtp:\n\thost: x\n", 2, "spaces, not tabs"),
     ],
 )
