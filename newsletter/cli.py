@@ -230,6 +230,7 @@ class CommandGroup(click.Group):
     group_class = type
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register ``cmd`` with its own ``--config``/``-c`` (unless it reads no config)."""
         if cmd.name not in NO_CONFIG and not any(p.name == "config_after" for p in cmd.params):
             cmd.params.append(
                 click.Option(
