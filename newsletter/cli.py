@@ -510,6 +510,12 @@ def print_fetch_report(report: FetchReport) -> None:
         + f".{tail}",
         highlight=False,
     )
+    if report.embedded:
+        console.print(
+            f"Embedded {counted(report.embedded, 'paper')} for semantic ranking.", highlight=False
+        )
+    elif report.matching and "lexical" in report.matching:
+        console.print(report.matching, highlight=False, markup=False, style="dim")
     for s in report.sources:
         for error in s.errors:
             console.print(shown(f"  error in {s.source}: {error}"), style="red", highlight=False)
@@ -1019,6 +1025,8 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
         console.print(
             f"Topics no longer in the config (ignored): {shown(', '.join(ranking.missing_topics))}"
         )
+    if ranking.matching:
+        console.print(f"Matching: {ranking.matching}", highlight=False, markup=False)
     for section in ranking.sections:
         console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.papers)})", highlight=False)
         already = [
@@ -1876,6 +1884,8 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     )
     today = ", ".join(f"{v} {k}" for k, v in sorted(report.editions_today.items()))
     console.print(f"Editions dated {now:%Y-%m-%d} (UTC): {today or 'none yet'}.", highlight=False)
+    if report.matching:
+        console.print(f"Matching: {report.matching}.", highlight=False, markup=False)
     console.print(f"Editions are checked every {report.tick_minutes} min; next fetches:")
     for name, when in upcoming[:4]:
         console.print(

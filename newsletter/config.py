@@ -763,6 +763,23 @@ class InboundSettings(_Strict):
         return None if value is None else _check_address(value)
 
 
+class RankingSettings(_Strict):
+    """How papers are matched to topics beyond their words (docs/topics.md, "Semantic matching")."""
+
+    semantic: bool = True
+    """Fuse sentence-embedding similarity with keyword matching when the ``semantic`` extra and
+    the model are available (ranking is lexical otherwise, and says so); false: lexical only."""
+    model: str = "all-MiniLM-L6-v2"
+    """The sentence encoder: the name of a model a Python package ships (all-MiniLM-L6-v2), or
+    a directory with ``tokenizer.json`` and ``model.onnx`` (or ``model.safetensors`` and
+    ``config.json``), relative to the config file's folder."""
+    max_tokens: int = Field(default=128, ge=16, le=512)
+    """Word pieces of a paper's title and abstract the model reads (MiniLM was trained on 128)."""
+    model_cache: str | None = None
+    """Where a model's ONNX form is written when it ships only weights (default:
+    ``$XDG_CACHE_HOME/newsletter/models``, else ``~/.cache/newsletter/models``)."""
+
+
 class AlertSettings(_Strict):
     email: str | None = None
     """Operator address for alerts: a failed run, or a weekday fetch that found no papers."""
@@ -888,6 +905,7 @@ class Settings(_Strict):
     web: WebSettings = Field(default_factory=WebSettings)
     inbound: InboundSettings = Field(default_factory=InboundSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    ranking: RankingSettings = Field(default_factory=RankingSettings)
     dkim: DkimSettings | None = None
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""

@@ -12,6 +12,7 @@ was one, chains its cause (``raise ... from e``)::
     │   ├── DatabaseReadOnly     the SQLite file (or its folder) cannot be written
     │   └── UnsupportedDatabase  the URL names a database newsletter does not support
     ├── NotInstalled         an optional part (an extra such as ``postgres``) is not installed
+    ├── ModelUnavailable     the sentence encoder cannot run: ranking is lexical (semantic.model)
     ├── PortInUse            a port newsletter should listen on is taken
     ├── DeliveryError        one message could not be handed to the relay
     ├── RelayError           the relay itself is unusable (unreachable, TLS, auth): stop the run

@@ -91,6 +91,10 @@ class FetchReport:
     """What one fetch did, source by source, with the totals."""
 
     sources: tuple[SourceReport, ...] = field(default=())
+    embedded: int = 0
+    """Papers given a vector for semantic ranking after the fetch (0 when it is off)."""
+    matching: str = ""
+    """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
 
     @property
     def new(self) -> int:
@@ -131,6 +135,8 @@ class FetchReport:
             "unannounced": self.unannounced,
             "skipped": self.skipped,
             "failed_sources": [s.source for s in self.failed],
+            "embedded": self.embedded,
+            "matching": self.matching,
             "sources": [s.as_json() for s in self.sources],
         }
 

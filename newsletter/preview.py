@@ -15,6 +15,7 @@ from newsletter.edition.build import day_ranker, history_since
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
+from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
 from newsletter.store import Store
 
@@ -56,6 +57,8 @@ class RankPreview:
     missing_topics: tuple[str, ...]
     """The subscriber's topics that are no longer in the config (ignored)."""
     sections: tuple[RankedSection, ...]
+    matching: str = ""
+    """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
 
 
 def rank_preview(
@@ -64,7 +67,8 @@ def rank_preview(
     """The ranking ``subscriber`` would get at ``now``: sections, scores, reasons and
     explanations, with the papers already sent to them left out."""
     settings = config.settings
-    papers, ranker = day_ranker(config, store, now)
+    vectors = VectorSource(config, store, lambda: now)
+    papers, ranker = day_ranker(config, store, now, vectors)
     sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
     today = edition_date_for(subscriber, now)
@@ -93,6 +97,7 @@ def rank_preview(
             _ranked(section, ranker, unsent.get(section.name, set()), sent, sent_today)
             for section in sections(sent)
         ),
+        matching=vectors.state,
     )
 
 

@@ -51,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +61,7 @@ from newsletter.config import TopicSettings
 from newsletter.keyword_rows import compile_keywords, csr_rows
 from newsletter.models import DigestItem, Paper, TopicSection
 from newsletter.profiles import MAX_VOTES, ProfileRows, ProfileSpace, Vote
+from newsletter.semantic.space import MeaningSpace
 from newsletter.text import _TOKEN as _WORD_RE
 from newsletter.text import (
     KNOWN_ACRONYMS,
@@ -73,6 +74,9 @@ from newsletter.text import (
     tokenize,
 )
 from newsletter.text import _word as word_key
+
+if TYPE_CHECKING:
+    from newsletter.semantic.vectors import Semantic
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -953,6 +957,9 @@ class Explanation:
     """The topic's best relevance today; below ``RELATIVE_CUT`` of it a paper is not shown."""
     like: tuple[str, float] | None = None
     """(title of the closest ``like:`` example, what likeness to the examples adds)."""
+    meaning: tuple[str, str, float, float] | None = None
+    """Semantic ranking: (the topic's title, the keyword or liked paper nearest in meaning,
+    the cosine similarity with the topic's query, what meaning adds to relevance)."""
 
     @property
     def shown(self) -> bool:
@@ -972,6 +979,10 @@ class Explanation:
             out.append(f"          acronym: {alias!r} matched as {written!r}")
         if self.like:
             out.append(f"  {self.like[1]:6.3f}  like: {self.like[0]}")
+        if self.meaning:
+            topic, near, sim, part = self.meaning
+            nearest = f"; nearest: {near}" if near else ""
+            out.append(f"  {part:6.3f}  meaning: similarity {sim:.2f} to {topic}{nearest}")
         if self.authors:
             out.append(f"  {AUTHOR_SCORE:6.3f}  by {', '.join(self.authors)}")
         if self.categories:
@@ -1021,9 +1032,12 @@ class Ranker:
         now: datetime,
         *,
         examples: Sequence[Paper] = (),
+        semantic: Semantic | None = None,
     ) -> None:
         """``examples``: papers that topics' ``like:`` lists and readers' votes name (they may
-        be older than the run's papers); only they can shape a profile."""
+        be older than the run's papers); only they can shape a profile. ``semantic``: the
+        papers', topics' and examples' vectors (in the order given); without it ranking is
+        lexical and profiles are tf-idf."""
         self.now = now
         self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
         self._order = {t.name: i for i, t in enumerate(topics)}
@@ -1045,6 +1059,23 @@ class Ranker:
         likes = {name: keys for name, keys in likes.items() if keys}
         wanted = set().union(*likes.values()) if likes else set()
         self.space: ProfileSpace | None = None
+        self.meaning: MeaningSpace | None = None
+        """Papers, topics and examples as embedding vectors (semantic ranking), or None."""
+        self._meant: dict[str, FloatArray] = {}
+        """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
+        self._admitted: dict[str, npt.NDArray[np.bool_]] = {}
+        """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
+        if semantic is not None and self.index.n_papers and len(topics):
+            vectors = {p.key: semantic.papers[j] for j, p in enumerate(self.index.papers)}
+            vectors.update(semantic.examples)
+            self.meaning = MeaningSpace(
+                semantic.papers,
+                semantic.topics,
+                [likes.get(t.name, ()) for t in topics],
+                vectors,
+                {p.key: p.title for p in (*examples, *self.index.papers)},
+                semantic.keywords,
+            )
         if likes or examples:
             self.space = ProfileSpace(
                 docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
@@ -1055,6 +1086,9 @@ class Ranker:
             best = float(relevance[i].max()) if self.index.n_papers else 0.0
             # A profile's cosine (0..1) is worth up to the day's best keyword match.
             self._scale[topic.name] = best if best > 0 else 1.0
+            if self.meaning is not None:
+                self._fuse(i, topic, relevance)
+                continue
             found = (
                 self.space.rocchio(likes[topic.name], ())
                 if self.space is not None and topic.name in likes
@@ -1112,6 +1146,36 @@ class Ranker:
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
 
+    def _fuse(self, i: int, topic: TopicSettings, relevance: FloatArray) -> None:
+        """Semantic ranking: topic ``i``'s relevance (a row of ``relevance``, changed in place)
+        becomes its keyword relevance plus what meaning adds, for the papers that match a
+        keyword or are strong matches on meaning alone (:mod:`newsletter.semantic.space`).
+
+        What meaning adds is the paper's similarity's share of the way from the day's median
+        to 1, times the topic's best keyword relevance today: a convex combination (α = ½) of
+        the two scores each normalised by its theoretical maximum (Bruch et al., "An analysis
+        of fusion functions for hybrid retrieval", 2023), in the units the relative cut,
+        ``min_score`` and trending already use.
+
+        A paper without a keyword match is shown only when its similarity is an outlier of the
+        day (:func:`~newsletter.semantic.space.evidence`) and at least that of the topic's
+        typical keyword match today (the median over them), or without any, of its typical
+        ``like:`` paper: "as close in meaning as what the keywords or examples found". A day
+        without either admits nothing on meaning alone, so a quiet topic stays quiet.
+        """
+        assert self.meaning is not None
+        ev = self.meaning.topic(i)
+        passes = self._passes[i]
+        matched = (relevance[i] > 0) & passes
+        known = ev.similarity[matched] if matched.any() else self.meaning.like_similarity(i)
+        floor = float(np.median(known)) if len(known) else np.inf
+        admitted = matched | (passes & ev.strong & (ev.similarity >= floor))
+        part = self._scale[topic.name] * ev.part * admitted
+        relevance[i] = (relevance[i] + part) * admitted
+        self._meant[topic.name] = part
+        self._admitted[topic.name] = admitted
+        relevance[i] *= relevance[i] >= topic.min_score - 1e-9
+
     def _filter_masks(self) -> npt.NDArray[np.bool_]:
         """topics × papers: passes the topic's ``all``, ``exclude`` and ``categories`` filters.
 
@@ -1144,12 +1208,15 @@ class Ranker:
         same filters, cut and trending as the shared list. ``memo`` shares profiles between the
         reader's topics.
         """
-        if self.space is None:
-            yield from self._pool_order[topic_name]
-            return
         mine = [v for v in prefs if v.topic in (None, topic_name)][:MAX_VOTES]
         more = tuple(v.paper_key for v in mine if v.value > 0)
         less = tuple(v.paper_key for v in mine if v.value < 0)
+        if self.meaning is not None:
+            yield from self._reader_meaning(topic_name, more, less)
+            return
+        if self.space is None:
+            yield from self._pool_order[topic_name]
+            return
         memo = {} if memo is None else memo
         if (more, less) not in memo:
             memo[more, less] = self.space.rocchio(more, less)
@@ -1178,6 +1245,45 @@ class Ranker:
                     if key is not None:
                         like = f"like: {_short(self.space.titles[key])}"
                         reason = f"{like} · {reason}" if reason else like
+            yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _reader_meaning(
+        self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
+    ) -> Iterator[DigestItem]:
+        """:meth:`reader_items` with semantic ranking: what meaning adds for the topic, plus
+        the paper's likeness to the reader's votes in both spaces (their Rocchio profile over
+        the vectors, :meth:`MeaningSpace.reader`, and over tf-idf, :class:`ProfileSpace`), all
+        in units of the topic's best keyword match; a paper strongly like the votes is shown
+        even without a keyword match."""
+        assert self.meaning is not None
+        i = self._order[topic_name]
+        ev = self.meaning.reader(more, less)
+        if ev is None:
+            yield from self._pool_order[topic_name]
+            return
+        shared = self.meaning.topic(i)
+        topic = self.topics[topic_name]
+        lexical = self._lexical[i] * self._passes[i]
+        admitted = self._admitted[topic_name] | (self._passes[i] & ev.strong)
+        words = self.space.rocchio(more, less) if self.space is not None else None
+        profile = np.maximum(words[0], 0.0) if words is not None else 0.0
+        part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
+        rel = (lexical + part) * admitted
+        rel[rel < topic.min_score - 1e-9] = 0.0
+        best = float(rel.max()) if rel.size else 0.0
+        if best <= 0:
+            return
+        rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
+        score = np.round(rel * self.index.boost, 6)
+        papers_t = self.index.papers
+        voted = self._scale[topic_name] * (ev.part + profile) * admitted  # the votes' share
+        for j in self._best_first(score):
+            reason = self._reason(topic_name, j)
+            if more and voted[j] > 0 and voted[j] >= lexical[j]:
+                key = self.meaning.closest(more, j)
+                if key is not None:
+                    like = f"like: {_short(self.meaning.labels.get(key, key))}"
+                    reason = f"{like} · {reason}" if reason else like
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
 
     def _best_first(self, score: FloatArray, first: int = 48) -> Iterator[int]:
@@ -1278,6 +1384,14 @@ class Ranker:
         relevance = (0.0 if weak else sum(t[2] for t in terms)) + AUTHOR_SCORE * len(authors)
         if self.queries.category_only[i] and cats:
             relevance += CATEGORY_SCORE
+        meaning: tuple[str, str, float, float] | None = None
+        meant = float(self._meant[topic_name][j]) if topic_name in self._meant else 0.0
+        if meant > 1e-9 and self.meaning is not None:
+            near = self.meaning.nearest(i, j)
+            sim = float(self.meaning.similarity[i, j])
+            meaning = (self.topics[topic_name].label, near[0] if near else "", sim, meant)
+            relevance += meant
+            weak = False
         like: tuple[str, float] | None = None
         part = float(self._liked[topic_name][j]) if topic_name in self._liked else 0.0
         if part > 1e-9 and self.space is not None:
@@ -1299,6 +1413,7 @@ class Ranker:
             weak=weak and not authors,
             best=self.best.get(topic_name, 0.0),
             like=like,
+            meaning=meaning,
         )
 
     def reason(self, topic_name: str, paper_index: int) -> str:
@@ -1314,9 +1429,15 @@ class Ranker:
             shown.append((field, label))
             if len(shown) == 3:
                 break
-        lexical = ex.relevance - (ex.like[1] if ex.like else 0.0)
+        lexical = (
+            ex.relevance - (ex.like[1] if ex.like else 0.0) - (ex.meaning[3] if ex.meaning else 0.0)
+        )
         if ex.like and ex.like[1] >= lexical:
             parts.append(f"like: {ex.like[0]}")  # there because it resembles the topic's examples
+        if ex.meaning and lexical <= 1e-9:
+            topic, near, sim, _ = ex.meaning  # there for its meaning alone
+            nearest = f" ({near}, {sim:.2f})" if near else f" ({sim:.2f})"
+            parts.append(f"close in meaning to {topic}{nearest}")
         for field in ("title", "abstract"):
             labels = [label for f, label in shown if f == field]
             if labels:
@@ -1356,7 +1477,7 @@ class Ranker:
         """
         names = tuple(n for n in dict.fromkeys(topic_names) if n in self.topics)
         excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
-        if votes and self.space is not None:
+        if votes and (self.space is not None or self.meaning is not None):
             touched = {n for n in names if any(v.topic in (None, n) for v in votes)}
             if touched:
                 memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}

@@ -27,6 +27,7 @@ from newsletter.alerts import alert
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver.ledger import owner_gone, run_owner
+from newsletter.examples import profile_examples
 from newsletter.ingest import FetchReport, run_fetch
 from newsletter.logs import step
 from newsletter.models import RunRecord
@@ -35,6 +36,7 @@ from newsletter.store import Store
 
 if TYPE_CHECKING:
     from newsletter.deliver.smtp import MailerFactory
+    from newsletter.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +143,37 @@ class RunLease:
         self._thread.join()
 
 
+VECTORS_KEPT = timedelta(days=400)
+"""Vectors older than this are deleted at fetch: longer than any paper is ranked or a vote
+shapes a profile (a year), so only texts nobody needs lose theirs (made again if ever needed)."""
+
+
+def embed_new(services: Services, now: datetime) -> int:
+    """Give everything a send would embed its vector now: the papers it would rank (first
+    seen within ``digest.lookback_days``), the topics and their keywords, and the papers
+    readers voted on or topics like, so that sends read vectors and never load the model;
+    returns how many papers were embedded. A model that fails here is logged and the send tries again: the fetch stands."""
+    lookback = timedelta(days=services.config.settings.digest.lookback_days)
+    vectors = services.vectors
+    if vectors.problem:
+        return 0
+    store, topics = services.store, services.config.settings.topics
+    try:
+        store.prune_vectors(now - VECTORS_KEPT)
+        papers = store.recent_papers(now - lookback)
+        examples = profile_examples(services.config, store, papers, now)
+        new = vectors.embed_papers([*papers, *examples])
+        vectors.semantic(papers, topics, examples)  # and the topics' and keywords' texts
+        return new
+    except (RuntimeError, ValueError, OSError, MemoryError) as e:  # the runtime's own failures
+        log.warning(
+            "ranking: embedding the new papers failed (%s: %s); a send tries again",
+            type(e).__name__,
+            e,
+        )
+        return 0
+
+
 def fetch_step(
     config: Config,
     store: Store,
@@ -159,6 +192,7 @@ def fetch_step(
     run_id = lease.id
     try:
         report = run_fetch(config, store, now, only=only, progress=progress)
+        report = replace(report, embedded=embed_new(services, now), matching=services.vectors.state)
     finally:
         lease.close()
     failed = [s.source for s in report.failed]
@@ -170,6 +204,7 @@ def fetch_step(
         "unannounced": report.unannounced,
         "skipped": report.skipped,
         "failed_sources": len(failed),
+        "embedded": report.embedded,
     }
     error = "; ".join(f"{s.source}: {'; '.join(s.errors)}" for s in report.failed) or None
     status = "failed" if report.sources and len(failed) == len(report.sources) else "ok"

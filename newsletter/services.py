@@ -21,6 +21,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.deliver.dkim import DkimSigner
 from newsletter.deliver.smtp import MailerFactory, SmtpMailer
+from newsletter.semantic.vectors import VectorSource
 from newsletter.store import Store
 from newsletter.tokens import Tokens, signing_key
 
@@ -66,3 +67,9 @@ class Services:
     def tokens(self) -> Tokens:
         """Signed link tokens (unsubscribe, manage, view, feedback) on this clock."""
         return Tokens(self.secret, self.clock)
+
+    @cached_property
+    def vectors(self) -> VectorSource:
+        """Embedding vectors for semantic ranking: stored ones, the model loaded on first need
+        (``state`` says whether ranking is semantic, and if not why)."""
+        return VectorSource(self.config, self.store, self.clock)

@@ -17,6 +17,7 @@ from newsletter.config import Config
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.runs import runs_as_seen
 from newsletter.scheduler import Jobs, build_scheduler, next_runs
+from newsletter.semantic.vectors import VectorSource
 from newsletter.store import EditionRecord, RunRecord, Store
 from newsletter.store.bounces import EditionRates
 
@@ -61,6 +62,8 @@ class Status:
     """Editions whose delivery is unknown (``unknown``, ``held``, ``resend``), oldest first."""
     resend_unknown: bool
     """``delivery.on_unknown: resend``: unknown editions are re-sent once by the next send."""
+    matching: str = ""
+    """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
 
     def as_json(self) -> dict[str, Any]:
         """The overview as ``newsletter status --json`` prints it."""
@@ -72,6 +75,7 @@ class Status:
             "subscribers": self.subscribers,
             "editions_today": self.editions_today,
             "papers": self.papers,
+            "matching": self.matching,
             "runs": [
                 {
                     "kind": r.kind,
@@ -131,4 +135,5 @@ def gather_status(config: Config, store: Store, now: datetime, *, runs: int = 10
         alerts=bounce_report.alerts_for(rates, config.settings.bounces),
         unknown=store.unsettled_editions(),
         resend_unknown=config.settings.delivery.on_unknown == "resend",
+        matching=VectorSource(config, store, lambda: now).check(),
     )

@@ -12,11 +12,10 @@ import pytest
 import yaml
 
 from newsletter.config import Config, load_config
-from newsletter.edition.build import profile_examples
+from newsletter.edition.build import day_ranker
 from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus, Subscriber
 from newsletter.preview import rank_preview, render_preview
-from newsletter.rank import Ranker
 from newsletter.seeding import seed_subscribers
 from newsletter.store import Store
 
@@ -76,10 +75,7 @@ def test_the_ranking_has_each_topic_with_scores_reasons_and_explanations(
             assert ex.shown and ex.relevance > 0
             assert ex.lines()[0] == f"relevance {ex.relevance:.3f}"
     # left out: the ranker's count for each topic
-    papers = store.recent_papers(NOW - timedelta(days=7))
-    ranker = Ranker(
-        config.settings.topics, papers, NOW, examples=profile_examples(config, store, papers, NOW)
-    )
+    _, ranker = day_ranker(config, store, NOW)  # the ranker rank_preview ranks with
     assert [s.left_out for s in ranking.sections] == [
         ranker.left_out["gpu-kernels"],
         ranker.left_out["llm-serving"],

@@ -142,6 +142,8 @@ def test_the_fetch_report_json_has_totals_and_each_sources_status() -> None:
         "new": 3,
         "updated": 0,
         "unannounced": 0,
+        "embedded": 0,
+        "matching": "",
         "skipped": 1,
         "failed_sources": ["b", "c"],
     }

@@ -20,49 +20,33 @@ from newsletter.deliver import (
     build_message,
 )
 from newsletter.deliver.dkim import maybe_sign
+from newsletter.examples import profile_examples
 from newsletter.feedback import FeedbackLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
+from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 from newsletter.tokens import Purpose
 
 log = logging.getLogger(__name__)
 
-VOTES_SINCE = timedelta(days=365)
-"""Votes older than this no longer shape a reader's digest (feedback links last a year)."""
 
-
-def profile_examples(
-    config: Config, store: SendStore, papers: Sequence[Paper], now: datetime
-) -> list[Paper]:
-    """The papers reader profiles can use this run, besides the run's own: those readers voted
-    on (within ``VOTES_SINCE``) and those topics' ``like:`` lists name; a ``like:`` paper that
-    is not stored is logged, naming the topic and what to do."""
-    examples = store.voted_papers(now - VOTES_SINCE)
-    have = {p.key for p in papers} | {p.key for p in examples}
-    wanted = {k: t.name for t in config.settings.topics for k in t.like if k not in have}
-    found = store.papers_by_keys(wanted) if wanted else {}
-    for key, topic in wanted.items():
-        if key not in found:
-            log.warning(
-                "topic %s: like: %s is not a stored paper, so it shapes nothing yet; fetch it "
-                "(an arxiv_api source) or remove it from the topic",
-                topic,
-                key,
-            )
-    return [*examples, *found.values()]  # the Ranker adds the run's own like: papers
-
-
-def day_ranker(config: Config, store: SendStore, now: datetime) -> tuple[list[Paper], Ranker]:
+def day_ranker(
+    config: Config, store: SendStore, now: datetime, vectors: VectorSource | None = None
+) -> tuple[list[Paper], Ranker]:
     """The papers first seen within ``digest.lookback_days`` of ``now`` and the ranker over
     them, with the configured topics and the examples reader profiles use (what ``newsletter
-    send``, ``rank`` and ``preview`` all rank with)."""
+    send``, ``rank`` and ``preview`` all rank with). ``vectors`` gives the embedding vectors
+    of semantic ranking (stored ones, else the model's; default: a source over ``store``);
+    when semantic matching is off, ranking is lexical."""
     papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
-    ranker = Ranker(
-        config.settings.topics, papers, now, examples=profile_examples(config, store, papers, now)
-    )
+    examples = profile_examples(config, store, papers, now)
+    vectors = vectors or VectorSource(config, store, lambda: now)
+    topics = config.settings.topics
+    semantic = vectors.semantic(papers, topics, examples) if papers and topics else None
+    ranker = Ranker(topics, papers, now, examples=examples, semantic=semantic)
     return papers, ranker
 
 
@@ -89,7 +73,8 @@ class EditionBuilder:
         self.settings = config.settings
         self.store = store
         self.now = now
-        self.papers, self.ranker = day_ranker(config, store, now)
+        self.papers, self.ranker = day_ranker(config, store, now, services.vectors)
+        log.info("%s", services.vectors.state)
         self.history_since = history_since(self.papers)
         """The earliest edition date that can hold one of the day's papers (see
         :func:`history_since`): only editions from it on can repeat one today."""

@@ -13,7 +13,8 @@ modules import from here. Where each domain lives:
 - :mod:`.ledger` and :mod:`.ledger_sql`: claims, sends and marks (the edition ledger);
 - :mod:`.ops`: the ledger read by operators: statuses, settlement, the dashboard;
 - :mod:`.runs`: run records and leases; :mod:`.sources`: each source's fetch state;
-- :mod:`.bounces`: bounce and complaint events and suppression.
+- :mod:`.bounces`: bounce and complaint events and suppression;
+- :mod:`.vectors`: embedding vectors for semantic ranking.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from newsletter.store.papers import (
 from newsletter.store.runs import RunStore
 from newsletter.store.sources import SourceStore
 from newsletter.store.subscribers import SubscriberStore
+from newsletter.store.vectors import VectorStore
 
 __all__ = [
     "MIGRATIONS",
@@ -81,6 +83,7 @@ class Store(
     OpsStore,
     RunStore,
     SourceStore,
+    VectorStore,
     StoreBase,
     BounceStore,
 ):

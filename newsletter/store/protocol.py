@@ -16,7 +16,7 @@ would only scatter the one place a caller looks this up.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -68,6 +68,22 @@ class PaperReads(Protocol):
     def voted_papers(self, since: datetime, limit: int = 20_000) -> list[Paper]:
         """Papers readers voted on since ``since``, most recently voted first, at most ``limit``:
         the examples a run's reader profiles can use."""
+        ...
+
+
+class Vectors(Protocol):
+    """Embedding vectors by model and text hash (:mod:`.vectors`), for semantic ranking."""
+
+    def vectors(self, model: str, hashes: Collection[str]) -> dict[str, bytes]:
+        """The stored vectors of ``model`` for these text hashes; unknown hashes are left out."""
+        ...
+
+    def put_vectors(self, model: str, vectors: Mapping[str, bytes], now: datetime) -> int:
+        """Keep ``vectors`` (text hash → bytes) of ``model``; returns how many were new."""
+        ...
+
+    def prune_vectors(self, before: datetime) -> int:
+        """Delete vectors stored before ``before``; returns how many."""
         ...
 
 
@@ -567,13 +583,23 @@ class Schema(Protocol):
         ...
 
 
-class SendStore(PaperReads, SubscriberReads, Ledger, LedgerState, Runs, Protocol):
+class SendStore(PaperReads, Vectors, SubscriberReads, Ledger, LedgerState, Runs, Protocol):
     """What the send path uses: the edition builder (papers, votes, what was sent), the
     planner and run loop (subscribers, claims, runs) and the sender's ledger writer."""
 
 
 class StoreProtocol(
-    Papers, Subscribers, Consent, Ledger, Operations, Runs, Sources, Bounces, Schema, Protocol
+    Papers,
+    Vectors,
+    Subscribers,
+    Consent,
+    Ledger,
+    Operations,
+    Runs,
+    Sources,
+    Bounces,
+    Schema,
+    Protocol,
 ):
     """Everything the Store offers: what a caller that needs more than one domain takes."""
 

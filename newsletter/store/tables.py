@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -249,3 +250,15 @@ runs = Table(
     Column("error", Text),
     Column("duration", Float),
 )
+
+embeddings = Table(
+    "embeddings",
+    metadata,
+    Column("model", String(200), primary_key=True),
+    Column("text_hash", String(64), primary_key=True),
+    Column("vector", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+"""Sentence-embedding vectors (float32, little-endian) by model and the hash of the text they
+embed: a paper's title and abstract, a topic's query. A paper whose text changes gets a new
+hash and so a new vector; old rows are pruned by age (:meth:`VectorStore.prune_vectors`)."""

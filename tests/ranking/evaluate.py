@@ -1,12 +1,14 @@
 """Ranking quality on the second hand-judged set (judged2.yaml over the fixture and written papers).
 
-    python -m tests.ranking.evaluate          # a table per topic and the means
-    python -m tests.ranking.evaluate --json   # the same, machine-readable
+    python -m tests.ranking.evaluate                 # a table per topic and the means
+    python -m tests.ranking.evaluate --json          # the same, machine-readable
+    python -m tests.ranking.evaluate --set judged3   # the third set (judged3.yaml), same table
 
 The pool is the 46 real feed-fixture papers (:func:`tests.ranking.corpus.load_papers`) plus the
-papers written for this set (papers.yaml). Topics go through the real config validation and are
-ranked by the real :class:`newsletter.rank.Ranker`; a plain BM25 over title and abstract is the
-baseline. Metrics, per topic and averaged over topics:
+papers written for this set (papers.yaml); the third set (judged3.yaml, ``--set judged3``) also
+sees the papers written for it (papers3.yaml), which the second set never does. Topics go through
+the real config validation and are ranked by the real :class:`newsletter.rank.Ranker`; a plain
+BM25 over title and abstract is the baseline. Metrics, per topic and averaged over topics:
 
 * nDCG@10 with graded gains ``2^g - 1`` and the ideal ranking built from every judged paper of the
   topic; a list shorter than 10 simply contributes nothing for the missing slots;
@@ -39,6 +41,14 @@ from tests.ranking.corpus import FIRST_SEEN, NOW, load_papers
 HERE = Path(__file__).resolve().parent
 PAPERS_FILE = HERE / "papers.yaml"
 JUDGED_FILE = HERE / "judged2.yaml"
+PAPERS3_FILE = HERE / "papers3.yaml"
+JUDGED3_FILE = HERE / "judged3.yaml"
+DEFAULT_SET = "judged2"
+SETS: dict[str, tuple[Path, tuple[Path, ...]]] = {
+    "judged2": (JUDGED_FILE, (PAPERS_FILE,)),
+    "judged3": (JUDGED3_FILE, (PAPERS_FILE, PAPERS3_FILE)),
+}
+"""Set name -> (judgments file, written-paper files added to the fixture papers, in order)."""
 K = 10
 TOP_OFF = 5
 
@@ -49,9 +59,10 @@ Grades = dict[str, int]
 # ---------------------------------------------------------------------------- the set
 
 
-def written_papers(start_id: int) -> list[Paper]:
-    """The papers of papers.yaml, ids from ``start_id``; odd keys published Nov 16, even Nov 17."""
-    data = yaml.safe_load(PAPERS_FILE.read_text())
+def written_papers(start_id: int, path: Path = PAPERS_FILE) -> list[Paper]:
+    """The papers of ``path`` (papers.yaml), ids from ``start_id``; odd keys published Nov 16, even
+    Nov 17."""
+    data = yaml.safe_load(path.read_text())
     out = []
     for i, p in enumerate(data["papers"]):
         key = str(p["key"])
@@ -80,30 +91,36 @@ def written_papers(start_id: int) -> list[Paper]:
     return out
 
 
-def load_pool() -> list[Paper]:
-    """Fixture papers and written papers, with unique ids and keys."""
-    fixtures = load_papers()
-    pool = fixtures + written_papers(max(p.id for p in fixtures) + 1)
+def load_pool(set_name: str = DEFAULT_SET) -> list[Paper]:
+    """Fixture papers and the set's written papers, with unique ids and keys."""
+    pool = load_papers()
+    for path in SETS[set_name][1]:
+        pool += written_papers(max(p.id for p in pool) + 1, path)
     keys = [p.key for p in pool]
     if len(set(keys)) != len(keys):
-        raise ValueError("papers.yaml repeats a key or reuses a fixture paper's key")
+        raise ValueError(f"the written papers of {set_name} repeat a key or reuse a fixture's key")
     return pool
 
 
-def judged_data() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(JUDGED_FILE.read_text())
+def judged_data(set_name: str = DEFAULT_SET) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(SETS[set_name][0].read_text())
     return data
 
 
-def load_topics(data: Mapping[str, Any] | None = None) -> list[TopicSettings]:
+def load_topics(
+    data: Mapping[str, Any] | None = None, set_name: str = DEFAULT_SET
+) -> list[TopicSettings]:
     """The set's topics, parsed by the real config validation."""
-    data = data if data is not None else judged_data()
-    settings, _ = parse_config(yaml.safe_dump({"topics": data["topics"]}), str(JUDGED_FILE))
+    data = data if data is not None else judged_data(set_name)
+    source = str(SETS[set_name][0])
+    settings, _ = parse_config(yaml.safe_dump({"topics": data["topics"]}), source)
     return settings.topics
 
 
-def load_grades(data: Mapping[str, Any] | None = None) -> dict[str, Grades]:
-    data = data if data is not None else judged_data()
+def load_grades(
+    data: Mapping[str, Any] | None = None, set_name: str = DEFAULT_SET
+) -> dict[str, Grades]:
+    data = data if data is not None else judged_data(set_name)
     out: dict[str, Grades] = {}
     for topic, levels in data["judgments"].items():
         grades: Grades = {}
@@ -276,11 +293,11 @@ def bm25_rankings(topics: Sequence[TopicSettings], pool: Sequence[Paper]) -> dic
 # ---------------------------------------------------------------------------- report
 
 
-def evaluate() -> dict[str, Any]:
-    data = judged_data()
-    topics = load_topics(data)
-    grades = load_grades(data)
-    pool = load_pool()
+def evaluate(set_name: str = DEFAULT_SET) -> dict[str, Any]:
+    data = judged_data(set_name)
+    topics = load_topics(data, set_name)
+    grades = load_grades(data, set_name)
+    pool = load_pool(set_name)
     runs = {"ranker": ranker_rankings(topics, pool), "bm25": bm25_rankings(topics, pool)}
     report: dict[str, Any] = {"papers": len(pool), "topics": len(topics), "runs": {}}
     for name, rankings in runs.items():
@@ -296,11 +313,11 @@ def _fmt(value: float | None) -> str:
     return "  -  " if value is None else f"{value:.3f}"
 
 
-def table(report: Mapping[str, Any]) -> str:
+def table(report: Mapping[str, Any], set_name: str = DEFAULT_SET) -> str:
     ranker = report["runs"]["ranker"]
     bm25 = report["runs"]["bm25"]
     lines = [
-        f"{report['papers']} papers, {report['topics']} topics (tests/ranking/judged2.yaml)",
+        f"{report['papers']} papers, {report['topics']} topics (tests/ranking/{set_name}.yaml)",
         "",
         f"{'':24} {'--------- ranker ---------':>41}   {'---------- BM25 ----------':>41}",
         f"{'topic':24} "
@@ -334,9 +351,15 @@ def table(report: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="print machine-readable results")
+    parser.add_argument(
+        "--set",
+        choices=sorted(SETS),
+        default=DEFAULT_SET,
+        help=f"which judged set to evaluate (default {DEFAULT_SET})",
+    )
     args = parser.parse_args(argv)
-    report = evaluate()
-    print(json.dumps(report, indent=2) if args.json else table(report))
+    report = evaluate(args.set)
+    print(json.dumps(report, indent=2) if args.json else table(report, args.set))
 
 
 if __name__ == "__main__":

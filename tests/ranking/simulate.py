@@ -22,7 +22,16 @@ from dataclasses import asdict, dataclass
 from newsletter.models import Paper
 from newsletter.profiles import Preference
 from newsletter.rank import Ranker
-from tests.ranking.evaluate import NOW, K, load_grades, load_pool, load_topics, ndcg, precision
+from tests.ranking.evaluate import (
+    NOW,
+    K,
+    judged_data,
+    load_grades,
+    load_pool,
+    load_topics,
+    ndcg,
+    precision,
+)
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,24 @@ def split(pool: Sequence[Paper]) -> tuple[list[Paper], list[Paper]]:
     return ordered[0::2], ordered[1::2]
 
 
-def simulate() -> list[DayTwo]:
-    topics = load_topics()
-    grades = load_grades()
-    one, two = split(load_pool())
-    first = Ranker(topics, one, NOW)
+def simulate(set_name: str = "judged2", *, semantic: bool = False) -> list[DayTwo]:
+    """The simulation on a judged set; ``semantic``: with the papers' and topics' vectors
+    (semantic ranking, profiles over embeddings), else lexical (tf-idf profiles)."""
+    data = judged_data(set_name)
+    topics = load_topics(data, set_name)
+    grades = load_grades(data, set_name)
+    one, two = split(load_pool(set_name))
+
+    def ranker(papers: Sequence[Paper], examples: Sequence[Paper] = ()) -> Ranker:
+        if not semantic:
+            return Ranker(topics, papers, NOW, examples=examples)
+        from tests.ranking.hybrid import semantic_for
+
+        vectors = semantic_for(papers, topics, examples)
+        return Ranker(topics, papers, NOW, examples=examples, semantic=vectors)
+
+    first = ranker(one)
+    second = ranker(two, one)
     out = []
     today = {p.key for p in two}
     for topic in topics:
@@ -57,7 +79,6 @@ def simulate() -> list[DayTwo]:
         g2 = {k: v for k, v in g.items() if k in today}  # day two's ideal: day two's papers
         shown = [i.paper.key for i in first.ranked[topic.name][:K]]
         votes = [Preference(k, 1 if g.get(k, 0) == 2 else -1) for k in shown if g.get(k, 0) != 1]
-        second = Ranker(topics, two, NOW, examples=one)
         without = [i.paper.key for s in second.sections([topic.name], max_items=K) for i in s.items]
         with_votes = [
             i.paper.key
@@ -100,8 +121,12 @@ def table(rows: Sequence[DayTwo]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print machine-readable results")
+    parser.add_argument("--set", default="judged2", help="judged set: judged2 (default), judged3")
+    parser.add_argument(
+        "--semantic", action="store_true", help="rank with vectors (needs the semantic extra)"
+    )
     args = parser.parse_args(argv)
-    rows = simulate()
+    rows = simulate(args.set, semantic=args.semantic)
     if args.json:
         print(json.dumps([{**asdict(r), "gain": r.gain} for r in rows], indent=2))
     else:

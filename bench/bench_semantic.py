@@ -1,0 +1,162 @@
+"""Semantic ranking: embedding a day's papers, ranking with vectors, and the model's memory.
+
+Three measurements, each against a baseline in the same run (issue 28's targets):
+
+* **Embedding 2,000 papers** (title and abstract, 128 word pieces) with the project's
+  :class:`~newsletter.semantic.model.Embedder`: batches of 32 sorted by length, against the
+  naive way, one paper per call (measured on a sample and scaled). Target: at most 60 s on this
+  2-core machine. It happens once per paper (at fetch), never per subscriber or per send.
+* **Ranking 100,000 subscribers × 2,000 papers, 10 % of them voting**: the send path's
+  :class:`~newsletter.rank.Ranker` (topics scored once, then each reader's sections) with the
+  papers' vectors, against the same ranker without them (lexical). Target: at most 2 s more.
+* **Memory**: the peak RSS of a process that loads the model and embeds the papers, against one
+  that only reads them; target: at most 300 MB more.
+
+Papers are synthesized from the fixtures' real titles and abstracts (bench_rank.make_papers);
+topics are the judged sets' (tests/ranking/judged2.yaml and judged3.yaml), written as operators
+write them; each subscriber follows one to three of them.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from bench import summary
+from bench.bench_rank import NOW, VOTERS, VOTES, make_papers
+from newsletter.profiles import Preference
+from newsletter.rank import Ranker
+from newsletter.semantic.model import DEFAULT_MODEL, Embedder, locate
+from newsletter.semantic.vectors import Semantic, keyword_texts, paper_text, topic_text
+from tests.ranking.evaluate import judged_data, load_topics
+
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "models"
+
+
+def _topics() -> list:  # type: ignore[type-arg]
+    return [t for name in ("judged2", "judged3") for t in load_topics(judged_data(name), name)]
+
+
+def _memory(n: int, embed: bool) -> float:
+    """Peak RSS (MiB, the kernel's VmHWM: ``ru_maxrss`` would count the forking parent) of a
+    child process that builds ``n`` papers and, if ``embed``, loads the
+    model and embeds them."""
+    code = f"""
+import random
+from bench.bench_rank import make_papers
+from newsletter.semantic.vectors import paper_text
+papers = make_papers({n}, random.Random(1))
+texts = [paper_text(p) for p in papers]
+if {embed}:
+    from pathlib import Path
+    from newsletter.semantic.model import Embedder, locate
+    Embedder(locate("{DEFAULT_MODEL}", Path({str(CACHE)!r}))).embed(texts)
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        print(int(line.split()[1]) / 1024)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main(quick: bool) -> str:
+    n_papers, n_subs, naive_sample = (300, 10_000, 20) if quick else (2_000, 100_000, 100)
+    rng = random.Random(20261127)
+    papers = make_papers(n_papers, rng)
+    texts = [paper_text(p) for p in papers]
+    files = locate(DEFAULT_MODEL, CACHE)
+    t0 = time.perf_counter()
+    model = Embedder(files)
+    load = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    vectors = model.embed(texts)
+    embed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for text in texts[:naive_sample]:
+        model.embed([text])
+    naive = (time.perf_counter() - t0) / naive_sample * n_papers
+
+    topics = _topics()
+    examples = [
+        replace(p, id=10**6 + p.id, key=p.key.replace("2611.", "2610."))
+        for p in make_papers(400, random.Random(20261126))
+    ]
+    kw = [keyword_texts(t) for t in topics]
+    semantic = Semantic(
+        model.name,
+        vectors,
+        model.embed([topic_text(t) for t in topics]),
+        dict(
+            zip(
+                [p.key for p in examples],
+                model.embed([paper_text(p) for p in examples]),
+                strict=True,
+            )
+        ),
+        tuple(dict(zip(k, model.embed(list(k.values())), strict=True)) for k in kw),
+    )
+    names = [t.name for t in topics]
+    readers = [tuple(rng.sample(names, rng.randint(1, 3))) for _ in range(n_subs)]
+    voters = set(rng.sample(range(n_subs), int(n_subs * VOTERS)))
+    votes = {
+        r: [Preference(p.key, -1 if rng.random() < 0.2 else 1) for p in rng.sample(examples, VOTES)]
+        for r in voters
+    }
+
+    def rank(with_vectors: bool) -> tuple[float, float, int]:
+        t0 = time.perf_counter()
+        ranker = Ranker(
+            topics, papers, NOW, examples=examples, semantic=semantic if with_vectors else None
+        )
+        built = time.perf_counter() - t0
+        shown = 0
+        for r, chosen in enumerate(readers):
+            for section in ranker.sections(chosen, max_items=10, votes=votes.get(r, ())):
+                shown += len(section.items)
+        return built, time.perf_counter() - t0, shown
+
+    lex_built, lexical, lex_shown = rank(False)
+    sem_built, fused, sem_shown = rank(True)
+    more = fused - lexical
+    peak_read = _memory(n_papers, False)
+    peak_model = _memory(n_papers, True)
+    extra = peak_model - peak_read
+    ok = "met" if embed <= 60 else "not met"
+    ok_rank = "met" if more <= 2 else "not met"
+    ok_mem = "met" if extra <= 300 else "not met"
+    return f"""## semantic: embedding papers, ranking with vectors, the model's memory
+
+{n_papers:,} papers synthesized from the fixtures' real titles and abstracts; the model is
+{model.name} ({files.onnx.stat().st_size / 1e6:.0f} MB ONNX, loaded in {load:.2f} s) on ONNX
+Runtime, {vectors.shape[1]} dimensions. `python -m bench semantic` (issue 28's targets).
+
+| measurement | this code | baseline in the same run | target |
+|---|---:|---:|---|
+| embed {n_papers:,} papers | **{embed:.1f} s** ({embed / n_papers * 1000:.1f} ms each) | one per call: {naive:.1f} s ({naive / embed:.1f}× slower) | ≤ 60 s: {ok} |
+| rank {n_subs:,} readers × {n_papers:,} papers, {VOTERS:.0%} voting | **{fused:.2f} s** with vectors (ranker built in {sem_built:.2f} s) | lexical: {lexical:.2f} s (built in {lex_built:.2f} s) | ≤ 2 s more: {more:+.2f} s, {ok_rank} |
+| peak memory, load the model and embed | **{peak_model:.0f} MiB** | read the papers only: {peak_read:.0f} MiB | ≤ 300 MB more: {extra:+.0f} MiB, {ok_mem} |
+
+Papers shown over all readers' sections: {sem_shown:,} with vectors, {lex_shown:,} lexical
+({len(topics)} topics; readers follow 1 to 3; voters cast {VOTES} votes each, one in five "less").
+A send whose papers were embedded at fetch time reads their vectors from the database and does
+not load the model (tests/semantic/test_vectors.py).
+
+{summary(f"embed {n_papers:,} papers (≤ 60 s)", f"{embed:.1f} s", embed <= 60)}
+{summary(f"rank {n_subs:,} readers with vectors, more than lexical (≤ 2 s)", f"{more:+.2f} s", more <= 2)}
+{summary("peak memory of loading the model and embedding (≤ 300 MB more)", f"{extra:+.0f} MiB", extra <= 300)}
+"""
+
+
+if __name__ == "__main__":
+    print(main("--quick" in sys.argv))

@@ -1,0 +1,155 @@
+"""Topics, readers and papers in one embedding space: similarities and what counts as strong.
+
+Pure NumPy over unit vectors (:class:`~newsletter.semantic.vectors.Semantic`): no model here.
+
+* A topic's query is its text's vector moved towards its ``like:`` papers (Rocchio's
+  ``q = α·q0 + β·mean(liked)``), and a reader's profile is their votes' Rocchio vector
+  ``β·mean(more) − γ·mean(less)``, whose evidence adds to the topic's (as the tf-idf profiles
+  add to keyword relevance), with the textbook α = 1, β = 0.75, γ = 0.15 (Manning, Raghavan &
+  Schütze, *Introduction to Information Retrieval*, §9.1.1).
+* Cosine similarities of a day's papers with a query sit around a typical value (most papers
+  are about something else) with a few far above it. :func:`evidence` measures how far above:
+  the median is the typical paper, 1.4826 × the median absolute deviation its spread (a robust
+  standard deviation: Leys et al. 2013, "Detecting outliers: do not use standard deviation
+  around the mean, use absolute deviation around the median"). A paper at least
+  ``STRONG_Z`` such deviations above the median is a strong match on meaning alone; the
+  similarity's share of the way from the median to 1 is what it adds to relevance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from newsletter.profiles import ROCCHIO_BETA, ROCCHIO_GAMMA
+
+FloatArray = npt.NDArray[np.float32]
+BoolArray = npt.NDArray[np.bool_]
+
+STRONG_Z = 2.5
+"""Robust deviations above the day's median similarity that make a paper a match on meaning
+alone (Leys et al. 2013: 3 is "very conservative", 2.5 "moderately conservative")."""
+MIN_PAPERS = 20
+"""Below this many papers a day's median and spread say too little: meaning then reorders
+keyword matches but admits no paper on its own."""
+
+
+def unit(v: FloatArray) -> FloatArray:
+    """``v`` scaled to length 1 (a zero vector stays zero)."""
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 1e-12 else v
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One query against the day's papers."""
+
+    similarity: FloatArray
+    """Cosine per paper."""
+    part: npt.NDArray[np.float64]
+    """Per paper, ``(s − median) / (1 − median)`` clipped to 0..1: the share of relevance that
+    meaning adds (times the topic's scale)."""
+    strong: BoolArray
+    """Per paper: similar enough to be shown without a keyword match."""
+
+
+def evidence(similarity: FloatArray) -> Evidence:
+    """How strongly each of the day's papers matches a query on meaning (see the module)."""
+    s = similarity.astype(np.float64)
+    if not s.size:
+        return Evidence(similarity, s, np.zeros(0, dtype=bool))
+    median = float(np.median(s))
+    spread = 1.4826 * float(np.median(np.abs(s - median)))
+    part = np.clip((s - median) / max(1.0 - median, 1e-6), 0.0, 1.0)
+    if s.size < MIN_PAPERS or spread <= 1e-9:
+        strong = np.zeros(s.size, dtype=bool)
+    else:
+        strong = (s - median) >= STRONG_Z * spread
+    return Evidence(similarity, part, strong)
+
+
+class MeaningSpace:
+    """The run's papers, topics and example papers as unit vectors (see the module)."""
+
+    def __init__(
+        self,
+        papers: FloatArray,
+        topics: FloatArray,
+        likes: Sequence[Sequence[str]],
+        examples: Mapping[str, FloatArray],
+        labels: Mapping[str, str],
+        keywords: Sequence[Mapping[str, FloatArray]] = (),
+    ) -> None:
+        """``likes[i]``: topic ``i``'s ``like:`` keys; ``examples``: vectors of example papers
+        by key (the run's own papers among them when liked or voted on); ``labels``: titles of
+        examples; ``keywords[i]``: topic ``i``'s keyword entries' vectors by label."""
+        self.papers = papers
+        self.examples = dict(examples)
+        self.labels = dict(labels)
+        self.likes = [tuple(k for k in keys if k in self.examples) for keys in likes]
+        self.keywords = list(keywords) or [{} for _ in range(len(topics))]
+        self.queries = (
+            np.stack([self._rocchio(topics[i], self.likes[i], ()) for i in range(len(topics))])
+            if len(topics)
+            else np.zeros((0, papers.shape[1]), dtype=np.float32)
+        )
+        self.similarity: FloatArray = self.queries @ papers.T
+        """topics × papers cosines."""
+
+    def _rocchio(self, q0: FloatArray, more: Sequence[str], less: Sequence[str]) -> FloatArray:
+        q = q0.astype(np.float32).copy()
+        pos = [self.examples[k] for k in dict.fromkeys(more) if k in self.examples]
+        neg = [self.examples[k] for k in dict.fromkeys(less) if k in self.examples]
+        if pos:
+            q += ROCCHIO_BETA * np.mean(pos, axis=0)
+        if neg:
+            q -= ROCCHIO_GAMMA * np.mean(neg, axis=0)
+        return unit(q)
+
+    def topic(self, i: int) -> Evidence:
+        """The day's papers against topic ``i``'s query."""
+        return evidence(self.similarity[i])
+
+    def like_similarity(self, i: int) -> FloatArray:
+        """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
+        vecs = [self.examples[k] for k in self.likes[i]]
+        if not vecs:
+            return np.zeros(0, dtype=np.float32)
+        found: FloatArray = np.stack(vecs) @ self.queries[i]
+        return found
+
+    def reader(self, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
+        """The day's papers against a reader's votes (``more`` and ``less``: example keys);
+        None when none of their votes is on a known paper."""
+        if not any(k in self.examples for k in (*more, *less)):
+            return None
+        q = self._rocchio(np.zeros(self.papers.shape[1], dtype=np.float32), more, less)
+        return evidence(self.papers @ q)
+
+    def closest(self, keys: Sequence[str], j: int) -> str | None:
+        """Of ``keys`` (example papers), the one most similar to paper ``j``."""
+        found = [k for k in dict.fromkeys(keys) if k in self.examples]
+        if not found:
+            return None
+        sims = np.stack([self.examples[k] for k in found]) @ self.papers[j]
+        return found[int(np.argmax(sims))]
+
+    def nearest(self, i: int, j: int) -> tuple[str, float] | None:
+        """What of topic ``i`` paper ``j`` is closest to in meaning: a keyword entry or a
+        liked paper (its title), with the cosine."""
+        p = self.papers[j]
+        best: tuple[float, str] | None = None
+        for label, vec in self.keywords[i].items():
+            c = float(vec @ p)
+            if best is None or c > best[0]:
+                best = (c, label)
+        for key in self.likes[i]:
+            example = self.examples.get(key)
+            if example is not None:
+                c = float(example @ p)
+                if best is None or c > best[0]:
+                    best = (c, self.labels.get(key, key))
+        return None if best is None else (best[1], best[0])
