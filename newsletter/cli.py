@@ -351,9 +351,9 @@ def init(path: Path, force: bool, demo_starter: bool) -> None:
         console.print(
             "  1. in another terminal, a local relay that keeps every message: "
             "newsletter sink --port 2525\n"
-            f"  2. newsletter{c} db upgrade  (adds the three example subscribers)\n"
-            f"  3. newsletter{c} fetch && newsletter{c} send --now\n"
-            f"  4. newsletter{c} serve  (the digests' links, on http://localhost:8000)\n"
+            f"  2. newsletter db upgrade{c}  (adds the three example subscribers)\n"
+            f"  3. newsletter fetch{c} && newsletter send --now{c}\n"
+            f"  4. newsletter serve{c}  (the digests' links, on http://localhost:8000)\n"
             "For production, change in it: sources (live feeds), sender.base_url (the public "
             "https URL of 'newsletter serve'), sender.from and postal_address, smtp (your "
             "relay), subscribers.",
@@ -362,8 +362,8 @@ def init(path: Path, force: bool, demo_starter: bool) -> None:
         return
     console.print(
         f"  1. edit it: topics (what readers follow), sender.from and postal_address ({path})\n"
-        f"  2. newsletter{c} db upgrade\n"
-        f"  3. newsletter{c} fetch && newsletter{c} send --now --dry-run\n"
+        f"  2. newsletter db upgrade{c}\n"
+        f"  3. newsletter fetch{c} && newsletter send --now --dry-run{c}\n"
         "For production, change: sender.base_url to the public https URL of 'newsletter serve' "
         "(the digests' confirm, manage and unsubscribe links go there), smtp to your relay "
         "(password in $NEWSLETTER_SMTP_PASSWORD), sender.from to a domain with SPF and DKIM "

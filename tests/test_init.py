@@ -46,7 +46,10 @@ def test_init_demo_writes_a_config_that_sends_offline_with_local_links(
     init = runner.invoke(cli, ["init", "--demo", "try/newsletter.yaml"])
     assert init.exit_code == 0, init.output
     steps = " ".join(init.output.split())
-    assert "newsletter sink --port 2525" in steps and "-c try/newsletter.yaml db upgrade" in steps
+    assert (
+        "newsletter sink --port 2525" in steps
+        and "newsletter db upgrade -c try/newsletter.yaml" in steps
+    )
     assert "For production, change in it: sources" in steps
     path = tmp_path / "try" / "newsletter.yaml"
     config = load_config(path)
