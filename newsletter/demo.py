@@ -149,8 +149,11 @@ def serve_hint(config: Config) -> str:
     The demo only sends; the links point at ``sender.base_url``, which ``newsletter serve``
     answers on ``web.port``. Without the scheduler it sends nothing more.
     """
+    import os
     import shlex
     import sys
+
+    from newsletter.config import ENV_DATABASE_URL
 
     try:
         shown = config.path.relative_to(Path.cwd())
@@ -162,6 +165,8 @@ def serve_hint(config: Config) -> str:
 
     port = urlsplit(config.settings.sender.base_url).port or config.settings.web.port
     command = f"{program} --config {shlex.quote(str(shown))} serve --no-scheduler --port {port}"
+    if os.environ.get(ENV_DATABASE_URL):  # it would win over the demo config's own database
+        command = f"{ENV_DATABASE_URL}= {command}"
     return (
         f"The digests' links (View in browser, Manage topics, Unsubscribe) go to "
         f"{config.settings.sender.base_url}; to follow them, run: {command} "

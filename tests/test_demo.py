@@ -80,6 +80,8 @@ def test_demo_run_beside_an_operator_config_leaves_its_database_alone(
     flat = " ".join(result.output.split())
     assert "digests sent: 3" in flat and "The demo ignores the config newsletter.yaml" in flat
     assert _digest(database) == before
+    # Following its "serve" hint must not open the operator's database either.
+    assert "NEWSLETTER_DATABASE_URL= " in flat
     demo_dir = operator / "newsletter-demo"
     assert (demo_dir / "demo.db").exists() and (demo_dir / ".newsletter-demo").exists()
     assert sorted(m["X-Sink-Rcpt-To"] for m in read_maildir(demo_dir / "maildir"))[0] == (
