@@ -32,7 +32,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
-	$(BIN)/newsletter --config config/demo.yaml demo --dir var/demo
+	$(BIN)/newsletter demo --dir var/demo
 
 # Debian packages the test suite needs (headless Chromium for the page and digest checks).
 system-deps:

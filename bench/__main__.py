@@ -2,14 +2,22 @@
 
 Each module ``bench/bench_<name>.py`` defines ``main(quick: bool) -> str`` that runs its
 measurement (fast path and naive baseline in the same run) and returns a Markdown section. The
-section is saved to ``docs/benchmarks/<name>.md``, followed by ``bench/history/<name>.md`` when there
-is one (earlier runs and what changed, kept by hand); ``docs/benchmarks.md`` is then rebuilt from
-every saved section, so running one benchmark keeps the others' results.
+section is saved to ``docs/benchmarks/<name>.md`` (the latest run only); ``docs/benchmarks.md``
+is then rebuilt from every saved section, so running one benchmark keeps the others' results.
+
+docs/benchmarks.md leads with one summary table, built from the sections: a row for each
+``bench.summary(target, result, met)`` line a section carries (an HTML comment), with the date
+and machine of its ``_Measured … on …_`` line and the command that re-measures it (``python -m
+bench <name>``, or a section's ``<!-- command: … -->``). A new benchmark gets its rows by
+printing ``summary(...)`` lines in its section; a section without one is listed as "see below".
+Earlier runs and what changed between them are kept by hand in ``bench/history/<name>.md``,
+which each section links to.
 
     python -m bench            # all
     python -m bench rank       # only bench_rank.py
     python -m bench render     # digest rendering + MIME per subscriber (bench_render.py)
     python -m bench --quick    # smaller sizes, for a smoke test
+    python -m bench --rebuild  # only rebuild docs/benchmarks.md from docs/benchmarks/*.md
     python -m bench scale --subscribers 100000   # options for one benchmark (see its main())
     python -m bench send --subscribers 30000     # `newsletter send --now` itself, both backends
 """
@@ -21,6 +29,7 @@ import importlib
 import inspect
 import os
 import platform
+import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -57,24 +66,67 @@ def available() -> list[str]:
     return sorted(p.stem.removeprefix("bench_") for p in Path(__file__).parent.glob("bench_*.py"))
 
 
-def history(name: str) -> str:
+def history(name: str) -> Path | None:
     """Earlier runs of benchmark ``name`` and what changed between them, kept by hand in
-    ``bench/history/<name>.md`` and appended to each new section (a run never erases them)."""
+    ``bench/history/<name>.md`` (a run never erases them; the section links to it)."""
     path = HISTORY / f"{name}.md"
-    return "\n" + path.read_text().rstrip() + "\n" if path.exists() else ""
+    return path if path.exists() else None
+
+
+_SUMMARY = re.compile(r"<!-- summary: (.*?) \| (.*?) \| (yes|no|-) -->")
+_COMMAND = re.compile(r"<!-- command: (.*?) -->")
+_MEASURED = re.compile(r"_Measured (\d{4}-\d\d-\d\d)[^_]*? on (.*?)(?: in \d+ s)?[,.]_", re.DOTALL)
+VERDICT = {"yes": "met", "no": "**missed**", "-": "(record)"}
+
+
+def summary_rows(name: str, text: str) -> list[str]:
+    """The summary table's rows for one saved section (see the module's docstring)."""
+    title = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("## ")), name)
+    title = re.split(r"[:(]", title, maxsplit=1)[0].strip() or name
+    measured = _MEASURED.search(text)
+    when = "?"
+    if measured:
+        cores = re.search(r"\d+ cores(?: \((?:[^()]|\([^)]*\))*\))?", measured[2])
+        when = f"{measured[1]}, {cores[0] if cores else ' '.join(measured[2].split())}"
+    command = _COMMAND.search(text)
+    run = command[1] if command else f"python -m bench {name}"
+    link = f"[{title}](#{_anchor(text, name)})"
+    rows = [
+        f"| {link} | {target} | {result} | {VERDICT[met]} | {when} | `{run}` |"
+        for target, result, met in _SUMMARY.findall(text)
+    ]
+    return rows or [f"| {link} | see below | | | {when} | `{run}` |"]
+
+
+def _anchor(text: str, name: str) -> str:
+    """GitHub's anchor of a section's ``## `` heading."""
+    title = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("## ")), name)
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
 
 
 def rebuild() -> None:
+    sections = [(p.stem, p.read_text().rstrip() + "\n") for p in sorted(SECTIONS.glob("*.md"))]
     parts = [
         "# Benchmarks",
         "",
         "Every target is measured as a ratio against a naive baseline **in the same run**, so a",
         "busy or slower machine moves both sides. Regenerate with `make bench` (or",
-        "`python -m bench NAME`); each section says when and on what machine it was measured.",
+        "`python -m bench NAME`); each section below says when and on what machine it was measured,",
+        "and links to its earlier runs (`bench/history/`).",
+        "",
+        "| benchmark | target | latest | pass | measured (date, machine) | command |",
+        "|---|---|---|---|---|---|",
+        *(row for name, text in sections for row in summary_rows(name, text)),
         "",
     ]
-    for path in sorted(SECTIONS.glob("*.md")):
-        parts.append(path.read_text().rstrip() + "\n")
+    for name, text in sections:
+        parts.append(text)
+        past = history(name)
+        if past is not None:
+            parts.append(
+                f"Earlier runs and what changed: [bench/history/{name}.md]"
+                f"(../bench/history/{name}.md).\n"
+            )
     OUT.write_text("\n".join(parts))
 
 
@@ -82,6 +134,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(available())})"
+    )
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="only rebuild docs/benchmarks.md from the saved sections (after editing one by hand)",
     )
     parser.add_argument(
         "--quick",
@@ -95,6 +152,9 @@ def main() -> int:
         help="subscribers for the benchmarks that take a size (scale: default 100000; send: 10000)",
     )
     args = parser.parse_args()
+    if args.rebuild:
+        rebuild()
+        return 0
     names = args.names or available()
     unknown = sorted(set(names) - set(available()))
     if unknown:
@@ -116,7 +176,7 @@ def main() -> int:
         )
         print(section)
         if not args.quick:
-            (SECTIONS / f"{name}.md").write_text(section + history(name))
+            (SECTIONS / f"{name}.md").write_text(section)
     if not args.quick:
         rebuild()
         print(f"wrote {OUT.relative_to(ROOT)}", file=sys.stderr)

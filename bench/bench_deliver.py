@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from bench import summary
+
 ROOT = Path(__file__).resolve().parent.parent
 FEEDS = ROOT / "tests" / "fixtures" / "feeds"
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
@@ -328,6 +330,12 @@ def main(quick: bool) -> str:
             "",
             f"{large // small}x the subscribers: **{growth:+.1%}** peak RSS "
             f"({'meets' if abs(growth) <= 0.10 else 'misses'} the within-10% target).",
+            summary("send pipeline vs raw smtplib rate (≥ 60%)", f"{ratio:.0%}", ratio >= 0.6),
+            summary(
+                f"peak RSS, {large // small}x the subscribers (within 10%)",
+                f"{growth:+.1%}",
+                abs(growth) <= 0.10,
+            ),
         ]
     )
 

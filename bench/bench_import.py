@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, text
 
+from bench import summary
 from newsletter.clock import utcnow
 from newsletter.store import Store
 from newsletter.store import tables as t
@@ -231,4 +232,8 @@ def main(quick: bool, subscribers: int = 50_000) -> str:
             f"{r['product'] / r['baseline']:.2f}x |"
         )
     lines += ["", f"Rows added by the import: {', '.join(str(r['added']) for r in results)}."]
+    slowest = min(rows / r["product"] for r in results)
+    lines.append(
+        summary("import rows/s, slowest backend (≥ 10,000)", f"{slowest:,.0f}", slowest >= 10_000)
+    )
     return "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ from pathlib import Path
 import feedparser
 from sqlalchemy import event
 
+from bench import summary
 from newsletter.config import load_config
 from newsletter.ingest import run_fetch
 from newsletter.store import Store
@@ -175,5 +176,11 @@ def main(quick: bool) -> str:
             "",
             f"Re-ingesting the unchanged feed: **{int(m['rewrites'])} write statements** to the "
             "paper tables (target: 0).",
+            summary("ingest vs feedparser parse alone (≤ 1.5x)", f"{ratio:.2f}x", ratio <= 1.5),
+            summary(
+                "writes when re-ingesting an unchanged feed (0)",
+                str(int(m["rewrites"])),
+                int(m["rewrites"]) == 0,
+            ),
         ]
     )

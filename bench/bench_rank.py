@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import summary
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
 from newsletter.profiles import (
@@ -421,49 +422,6 @@ votes adds {voted / max(1, n_voters) * 1e3:.2f} ms to their digest, a reader wit
 {plain / max(1, n_subs - n_voters) * 1e6:.0f} µs. The 2 s target is the table above."""
 
 
-SPEED_WORK = """Before and after the speed work of issue 17 (`rank-speed`), against the code of commit 2d81b78
-in interleaved runs of this vectorized path (3 each, load average 6–9 on the 2 shared cores):
-CPU time 8.7–10.3 s before, 5.5–6.9 s after (about −38 %); wall time 20.0–26.4 s before,
-12.5–22.7 s after (noise: the cores were shared). Same picks and bitwise the same scores for all
-100,000 rows. Peak RSS 383–386 MiB before, 320–353 MiB after.
-
-Second step (`rank-speed2`), against commit 35cf32c in interleaved runs (3 each, load average
-4.7–5.9): CPU time 3.64–4.04 s before, 3.00–3.36 s after (about −20 %); wall 6.2–9.0 s before,
-5.0–8.4 s after (the cores were never free). Bitwise the same picks and scores for all 100,000
-rows; peak RSS 337–378 MiB before, 369–371 MiB after (blocks of readers with votes hold 500
-rows). CPU per step (least of 3, scorer on 1 thread, load 5.5), before → after: read papers
-0.24 → 0.19 s, voted papers and their tf-idf 0.35 → 0.27 s, compile 0.16 → 0.10 s, index
-0.19–0.22 s (unchanged), readers' profiles 0.07 s, the examples' cosines 0.49–0.54 → 0.34–0.38 s
-(now on background threads), scoring 1.96–2.05 → 1.45–1.51 s. Three runs of this benchmark
-on the final code (21:33–21:38 UTC, load average 3.0, 3.7, 6.0 at their start): 3.11, 6.71,
-5.18 s wall, 3.28, 3.44, 3.18 s CPU, 4,783×, 2,987×, 2,923× the loop's speed (1 thread vs 1
-thread), all 300 sampled rows identical, peak RSS 354–356 MiB; the tables above are the first. What the changes are: the top 10
-takes its candidates from one mask scan per block and sorts them per row in a padded table;
-readers with votes are scored in blocks of their own, their cosines with the papers as sparse ×
-dense column tiles; the cosines start while the rows and the index are built; keyword rules
-compile a column list at a time; papers are read with fewer Python steps per word.
-
-Where the time goes now (CPU, same measurement): 0.82 s of single-threaded Python before any
-scoring (reading 4,000 titles and abstracts is about 0.4 s of it, mostly the tokenizer's regular
-expression and the acronym definitions; compiling the 100,000 rules 0.10 s; the index's phrase
-and evidence counting 0.19 s), then 1.45 s of scoring spread over the 2 cores: the 90,000
-keyword-only rows about 0.9 s (float32 and int8 products 0.45 s, the evidence mask 0.1 s,
-candidate scan, float64 re-sum and sort 0.35 s), the 10,000 rows with votes about 0.5 s (their
-products with the cosines 0.2 s, profile norms 0.12 s, the float64 scorer 0.2 s). On two free
-cores that is about 0.82 + 1.45 / 2 ≈ 1.6 s; no run here had the cores free. Six more
-interleaved pairs of the timed path at raised priority (`nice -n -15`, load average 2.8–4.2,
-after the underscore-free tokenizer and in-place profile sums): wall 1.90, 4.02, 3.01, 5.44,
-5.53, 3.63 s after against 4.29, 3.59, 3.84, 5.07, 6.18, 7.71 s before; CPU 2.99–3.57 s against
-3.69–4.93 s. One run met the 2 s target; the others did not have both cores.
-
-On a machine with both cores free (a fresh machine of the same kind, load average 0.5–0.8,
-2026-11-25 23:33–23:35 UTC, no code change since the runs above), four runs in a row: 1.58,
-1.51, 1.50, 1.50 s wall on 2 threads and 1.99, 1.88, 1.85, 1.76 s with the scorer on 1 thread;
-2.5–2.7 s of CPU; all 300 sampled rows identical each time; peak RSS 362 MiB. The tables above
-are the last of them. The 2 s target is met with both cores, and just met on one."""
-"""A record (measured 2026-11-25 16:33, 21:25 and 23:35 UTC), not re-measured by this benchmark."""
-
-
 def main(quick: bool) -> str:
     n_subs, n_papers, sample = (10_000, 500, 100) if quick else (100_000, 2_000, 300)
     rng = random.Random(20261117)
@@ -581,7 +539,8 @@ in blocks spread over one thread per core (the sparse products and sorts release
 ratio compares the one-thread run with the one-thread loop. The top {TOP} is exact: each row's
 candidates are the scores above a lower bound of its {TOP}th best (from maxima of column ranges),
 sorted in float64.
-{SPEED_WORK}
+{summary(f"all {n_subs:,} subscribers ranked (≤ 2 s)", f"{fast:.2f} s", ok_time)}
+{summary("vectorized vs per-subscriber loop (≥ 100×)", f"{ratio:,.0f}×", ok_ratio)}
 
 Largest relative score difference on the sample: {worst:.1e}. {matched:,} digest slots filled of
 {n_subs * TOP:,}. The machine has 2 cores shared with other jobs while this ran, so absolute times

@@ -8,6 +8,7 @@ measures what "more/less like this" votes add on day two.
 
 from __future__ import annotations
 
+from bench import summary
 from tests.ranking import hybrid
 from tests.ranking.evaluate import evaluate, table
 from tests.ranking.simulate import simulate
@@ -124,5 +125,8 @@ tests.ranking.simulate`).
 ```
 {sim_table(rows)}
 ```
+
+{summary("nDCG@10 on the judged set, plain BM25 in the same run", f"{mine['ndcg10']:.3f} (BM25 {bm25['ndcg10']:.3f})", None)}
+{summary("nDCG@10 gain from a reader's votes, day two", f"{with_votes - without:+.3f}", None)}
 
 {semantic_section()}"""

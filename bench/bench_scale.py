@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from sqlalchemy import create_engine, delete, text
 
+from bench import summary
 from bench.bench_rank import make_papers, make_vocabulary
 from newsletter.clock import utcnow
 from newsletter.config import load_config
@@ -491,6 +492,7 @@ def report(
     targets = []
     cpu = max((r.cpu_ms_per_digest for r in full), default=0.0)
     targets.append(f"- CPU per digest, end to end: worst {cpu:.2f} ms (target ≤ 1.5 ms).")
+    verdicts = [summary("CPU per digest, end to end (≤ 1.5 ms)", f"{cpu:.2f} ms", cpu <= 1.5)]
     rss = max((r.peak_rss for r in runs), default=0.0)
     small = [r for r in runs if r.name.startswith("SQLite") and r.subscribers < n]
     if small:
@@ -499,13 +501,16 @@ def report(
             f"{small[0].peak_rss:.0f} MB at {small[0].subscribers:,} subscribers vs "
             f"{by['SQLite, one process'].peak_rss:.0f} MB at {n:,}."
         )
+        verdicts.append(summary("peak RSS per process (≤ 200 MB)", f"{rss:.0f} MB", rss <= 200))
     if one and two:
         targets.append(
             f"- 2 workers vs 1: {two.rate / one.rate:.2f}x the digests/s (target ≥ 1.6x where "
             f"cores allow; this machine has {os.cpu_count()} cores shared by the workers, "
             "PostgreSQL, Redis, the sink and the enqueuing process)."
         )
-    lines += targets + [f"- {note}" for note in notes]
+        gain = two.rate / one.rate
+        verdicts.append(summary("2 workers vs 1 (≥ 1.6x)", f"{gain:.2f}x", gain >= 1.6))
+    lines += targets + [f"- {note}" for note in notes] + verdicts
     lines.append(
         f"- Load average when the runs ended: {Path('/proc/loadavg').read_text().split()[0]} on {os.cpu_count()} cores."
     )

@@ -26,6 +26,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from bench import summary
 from bench.bench_rank import NOW, VOTERS, VOTES, make_papers
 from newsletter.profiles import Preference
 from newsletter.rank import Ranker
@@ -150,6 +151,10 @@ Papers shown over all readers' sections: {sem_shown:,} with vectors, {lex_shown:
 ({len(topics)} topics; readers follow 1 to 3; voters cast {VOTES} votes each, one in five "less").
 A send whose papers were embedded at fetch time reads their vectors from the database and does
 not load the model (tests/semantic/test_vectors.py).
+
+{summary(f"embed {n_papers:,} papers (≤ 60 s)", f"{embed:.1f} s", embed <= 60)}
+{summary(f"rank {n_subs:,} readers with vectors, more than lexical (≤ 2 s)", f"{more:+.2f} s", more <= 2)}
+{summary("peak memory of loading the model and embedding (≤ 300 MB more)", f"{extra:+.0f} MiB", extra <= 300)}
 """
 
 

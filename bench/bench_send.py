@@ -45,6 +45,8 @@ from typing import Any, ClassVar
 import yaml
 from sqlalchemy import create_engine, make_url, text
 
+from bench import summary
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("NEWSLETTER_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 POOL = 4
@@ -749,6 +751,11 @@ def report(sends: list[Send], profiles: dict[str, Counter[str]], notes: list[str
             f"{scans} | {s.load[0]:.1f} → {s.load[1]:.1f} |"
         )
     lines.append("")
+    for s in sends:
+        lines.append(
+            summary(f"`send --now` vs raw smtplib, {_name(s.backend)}", f"{s.ratio:.2f}", None)
+        )
+        lines.append(summary(f"CPU per digest, {_name(s.backend)}", f"{s.cpu_ms:.2f} ms", None))
     for s in sends:
         lines.append(
             f"- {_name(s.backend)}: {s.delivered:,} messages to {s.recipients:,} distinct "

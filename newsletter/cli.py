@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -208,7 +209,45 @@ def errors() -> Iterator[None]:
         fail(str(error), error.exit_status)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+NO_CONFIG = frozenset({"init", "sink"})
+"""Commands that read no config: they take no ``--config`` of their own."""
+
+
+def _config_after(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    obj = ctx.find_object(Context)
+    if value is not None and obj is not None:
+        obj.config_path = value
+
+
+class CommandGroup(click.Group):
+    """A group whose commands also take ``--config``/``-c`` after their name.
+
+    ``newsletter fetch --config x.yaml`` is where people put it; it means the same as
+    ``newsletter --config x.yaml fetch`` (given in both places, the later one wins). Added as
+    each command is registered, so a new command gets it too; subgroups are of this class.
+    """
+
+    group_class = type
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Register ``cmd`` with its own ``--config``/``-c`` (unless it reads no config)."""
+        if cmd.name not in NO_CONFIG and not any(p.name == "config_after" for p in cmd.params):
+            cmd.params.append(
+                click.Option(
+                    ["--config", "-c", "config_after"],
+                    metavar="FILE",
+                    expose_value=False,
+                    callback=_config_after,
+                    help="Config file (the same as 'newsletter --config FILE').",
+                )
+            )
+        super().add_command(cmd, name)
+
+
+@click.group(
+    cls=CommandGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--config",
     "-c",
@@ -263,20 +302,74 @@ def example_config() -> Path:
     raise NewsletterError("the example config is missing from this install")
 
 
+DEMO_STARTER_HEADER = """\
+# newsletter: a starter config that works on this machine today (`newsletter init --demo`).
+# Sources are the snapshot feeds in demo-feeds/ (no internet needed), links point at
+# http://localhost:8000 (`newsletter serve`), and mail goes to a local sink on 127.0.0.1:2525
+# (`newsletter sink --port 2525`). For production, change: sources (live feeds), sender
+# (from, postal_address, base_url: the public https URL of `newsletter serve`), smtp (your
+# relay), subscribers; `newsletter init` writes the full commented example of every key.
+"""
+
+
 @cli.command()
 @click.argument("path", default="newsletter.yaml", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init(path: Path, force: bool) -> None:
+@click.option(
+    "--demo",
+    "demo_starter",
+    is_flag=True,
+    help="A config that works offline today: snapshot feeds (copied beside it), links on "
+    "localhost, mail to a local sink.",
+)
+def init(path: Path, force: bool, demo_starter: bool) -> None:
     """Write a commented starter config to PATH (default ./newsletter.yaml)."""
     with errors():
         if path.exists() and not force:
             fail(f"{path} already exists; pass --force to overwrite it")
         path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(example_config(), path)
-    console.print(f"Wrote [bold]{path}[/]. Next:")
-    console.print(f"  1. edit it: sources, topics, smtp, sender ({path})")
-    console.print("  2. newsletter db upgrade")
-    console.print("  3. newsletter fetch && newsletter send --now --dry-run")
+        if demo_starter:
+            from newsletter.demo import DEMO_FEEDS, shipped_demo
+
+            config_file, feeds = shipped_demo()
+            body = config_file.read_text(encoding="utf-8").split("\ndatabase:", 1)[1]
+            body = re.sub(
+                r"url: sqlite:///demo\.db.*",
+                "url: sqlite:///var/newsletter.db  # beside this file",
+                body,
+            )
+            body = re.sub(
+                r"secret_key_file: secret\.key.*", "secret_key_file: var/secret.key", body
+            )
+            path.write_text(DEMO_STARTER_HEADER + "\ndatabase:" + body, encoding="utf-8")
+            shutil.copytree(feeds, path.parent / DEMO_FEEDS, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(example_config(), path)
+    c = "" if path == Path("newsletter.yaml") else f" -c {shlex.quote(str(path))}"
+    console.print(f"Wrote [bold]{path}[/]. Next:", highlight=False)
+    if demo_starter:
+        console.print(
+            "  1. in another terminal, a local relay that keeps every message: "
+            "newsletter sink --port 2525\n"
+            f"  2. newsletter db upgrade{c}  (adds the three example subscribers)\n"
+            f"  3. newsletter fetch{c} && newsletter send --now{c}\n"
+            f"  4. newsletter serve{c}  (the digests' links, on http://localhost:8000)\n"
+            "For production, change in it: sources (live feeds), sender.base_url (the public "
+            "https URL of 'newsletter serve'), sender.from and postal_address, smtp (your "
+            "relay), subscribers.",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"  1. edit it: topics (what readers follow), sender.from and postal_address ({path})\n"
+        f"  2. newsletter db upgrade{c}\n"
+        f"  3. newsletter fetch{c} && newsletter send --now --dry-run{c}\n"
+        "For production, change: sender.base_url to the public https URL of 'newsletter serve' "
+        "(the digests' confirm, manage and unsubscribe links go there), smtp to your relay "
+        "(password in $NEWSLETTER_SMTP_PASSWORD), sender.from to a domain with SPF and DKIM "
+        "(docs/deploy.md). To try it all offline first: newsletter init --demo DIR/newsletter.yaml",
+        highlight=False,
+    )
 
 
 # ---------------------------------------------------------------------------- db
@@ -783,7 +876,9 @@ def print_send_report(report: Any, started: float | None = None) -> None:
     if report.dry_run:
         console.print(
             f"Dry run for {dates}: {counted(len(report.rendered), 'digest')} would be sent, "
-            f"{report.empty} empty; nothing was sent or recorded."
+            + (f"{report.already} already sent, " if report.already else "")
+            + f"{report.empty} empty; nothing was sent or recorded."
+            + (" A subscriber gets one edition a day." if report.already else "")
         )
         for addr, rendered in report.rendered:
             console.print(f"  {shown(addr)}: {shown(rendered.subject)}", highlight=False)
@@ -934,7 +1029,17 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
         console.print(f"Matching: {ranking.matching}", highlight=False, markup=False)
     for section in ranking.sections:
         console.print(f"\n[bold]{shown(section.title)}[/] ({len(section.papers)})", highlight=False)
-        if not section.papers:
+        already = [
+            f"already sent today: {counted(section.sent_today, 'paper')}"
+            if section.sent_today
+            else "",
+            f"already sent in earlier digests: {counted(section.sent_before, 'paper')}"
+            if section.sent_before
+            else "",
+        ]
+        if any(already):
+            console.print("  " + "; ".join(a for a in already if a) + " (never sent twice)")
+        elif not section.papers:
             console.print("  nothing strong in this topic today")
         left_out = section.left_out
         if left_out:
@@ -1134,7 +1239,7 @@ def subscribers_add(
 def subscribers_list(obj: Context, status: str | None, as_json: bool) -> None:
     """List subscribers with their status and topics.
 
-    Suppressed addresses (mail to them failed permanently ``delivery.suppress_after`` times)
+    Suppressed addresses (mail to them failed permanently delivery.suppress_after times)
     also show their failure count and the relay's last answer:
 
     \b
@@ -1695,23 +1800,30 @@ def bounces_poll(obj: Context) -> None:
 @click.option(
     "--dir",
     "var",
-    default="var/demo",
+    default="newsletter-demo",
     type=click.Path(file_okay=False, path_type=Path),
     show_default=True,
-    help="Where the sink's Maildir and the rendered digests go.",
+    help="The demo's own directory: its config, snapshot feeds, database, Maildir and digests.",
 )
 @click.pass_obj
 def demo(obj: Context, var: Path) -> None:
-    """One full edition on the bundled demo: fetch snapshots, send to a local SMTP sink."""
-    from newsletter.demo import run_demo
+    """One full edition on the bundled demo: fetch snapshots, send to a local SMTP sink.
+
+    The demo runs on its own config and SQLite database in --dir, never on yours: --config,
+    $NEWSLETTER_CONFIG and $NEWSLETTER_DATABASE_URL are not read. Delete the directory to start
+    over.
+    """
+    from newsletter.demo import prepare_demo, run_demo
 
     with errors():
-        run_demo(
-            obj.config,
-            var,
-            console,
-            print_fetch_report=print_fetch_report,
-        )
+        config = prepare_demo(var)
+        if obj.config_path:
+            console.print(
+                f"The demo ignores the config {shown(obj.config_path)}: it runs on its own, "
+                f"{shown(config.path)}.",
+                highlight=False,
+            )
+        run_demo(config, var, console, print_fetch_report=print_fetch_report)
 
 
 @cli.command()

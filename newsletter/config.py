@@ -1182,6 +1182,15 @@ def _yaml_problem(e: yaml.YAMLError, text: str) -> tuple[int, str]:
         mark = context_mark
     line = mark.line + 1 if mark is not None else 1
     problem = str(getattr(e, "problem", None) or e)
+    if problem_mark is not None:
+        opened = _quote_run_on(text, problem_mark.line)
+        if opened is not None:
+            start, end = opened
+            return start + 1, (
+                f"the quote opened on this line is not closed on it, so the value runs on to "
+                f"line {end + 1} (close the quote, or quote with the other kind if the value "
+                "holds this one)"
+            )
     hint = next((h for needle, h in _YAML_HINTS if needle in problem), None)
     if "mapping values are not allowed here" in problem:
         # "smtp" (no ':') above "  host: x" reads as one text "smtp host" until the ':'.
@@ -1189,6 +1198,29 @@ def _yaml_problem(e: yaml.YAMLError, text: str) -> tuple[int, str]:
         if key is not None:
             line, hint = key + 1, "a key without ':' after it? write 'key:'"
     return line, f"{problem} ({hint})" if hint else problem
+
+
+def _quote_run_on(text: str, problem_line: int) -> tuple[int, int] | None:
+    """Where a quoted value that ran over several lines opened and ended (0-based), when the
+    mistake PyYAML found is on the line it ended on or the next: a quote left open on one line
+    is closed by the next quote further down, and what follows that one is then reported, on
+    the wrong line and with a wrong hint."""
+    found: tuple[int, int] | None = None
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.line > problem_line:
+                break
+            if (
+                isinstance(token, yaml.ScalarToken)
+                and token.style in ('"', "'")
+                and token.end_mark.line > token.start_mark.line
+            ):
+                found = (token.start_mark.line, token.end_mark.line)
+    except yaml.YAMLError:
+        pass  # the tokens read up to the mistake are the ones that matter
+    if found is not None and found[1] <= problem_line <= found[1] + 1:
+        return found
+    return None
 
 
 def _key_without_colon_above(lines: list[str], index: int) -> int | None:
@@ -1245,9 +1277,12 @@ def _resolve_db_url(url: str, base: Path) -> str:
     return url
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Load the config at ``path``, else ``$NEWSLETTER_CONFIG``, else ``./newsletter.yaml``."""
-    chosen = Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+def load_config(path: str | os.PathLike[str] | None = None, *, environment: bool = True) -> Config:
+    """Load the config at ``path``, else ``$NEWSLETTER_CONFIG``, else ``./newsletter.yaml``.
+
+    ``environment=False`` reads the file alone, without ``$NEWSLETTER_DATABASE_URL``: the demo's
+    database must be its own even where the environment names an operator's."""
+    chosen = Path(path or (os.environ.get(ENV_CONFIG) if environment else None) or DEFAULT_CONFIG)
     try:
         text = chosen.read_text(encoding="utf-8")
     except FileNotFoundError as e:
@@ -1259,7 +1294,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(str(chosen), [f"{chosen}: cannot read: {e}"]) from e
     settings, lines = parse_config(text, str(chosen))
     base = chosen.resolve().parent
-    url = os.environ.get(ENV_DATABASE_URL) or settings.database.url
+    url = (os.environ.get(ENV_DATABASE_URL) if environment else None) or settings.database.url
     check_workers_database(settings, url, str(chosen), _line_for(("workers",), lines))
     return Config(settings=settings, path=chosen.resolve(), database_url=_resolve_db_url(url, base))
 

@@ -37,6 +37,10 @@ class RankedSection:
     papers: tuple[RankedPaper, ...]
     left_out: int
     """Matches not shown: a single passing mention, or far below the topic's best today."""
+    sent_today: int = 0
+    """Papers this section would show that today's edition already carried (never sent again)."""
+    sent_before: int = 0
+    """Papers this section would show that earlier editions already carried."""
 
 
 @dataclass(frozen=True)
@@ -67,31 +71,46 @@ def rank_preview(
     papers, ranker = day_ranker(config, store, now, vectors)
     sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
+    today = edition_date_for(subscriber, now)
+    sent_today = sent & store.sent_paper_ids([subscriber.id], since=today)[subscriber.id]
     votes = store.votes_of(subscriber.id)
-    sections = ranker.sections(
-        subscriber.topics,
-        exclude_ids=sent,
-        max_items=settings.digest.max_items,
-        group_by_topic=settings.digest.group_by_topic,
-        votes=votes,
-    )
+
+    def sections(exclude: set[int]) -> tuple[TopicSection, ...]:
+        return ranker.sections(
+            subscriber.topics,
+            exclude_ids=exclude,
+            max_items=settings.digest.max_items,
+            group_by_topic=settings.digest.group_by_topic,
+            votes=votes,
+        )
+
+    # What each section would hold with nothing sent yet: an empty section whose papers went
+    # out in today's edition says so, instead of "nothing strong".
+    unsent = {s.name: {i.paper.id for i in s.items} for s in sections(set())} if sent else {}
     return RankPreview(
         subscriber=subscriber,
         papers=len(papers),
         already_sent=len(sent),
         votes=len(votes),
         missing_topics=tuple(t for t in subscriber.topics if t not in ranker.topics),
-        sections=tuple(_ranked(section, ranker) for section in sections),
+        sections=tuple(
+            _ranked(section, ranker, unsent.get(section.name, set()), sent, sent_today)
+            for section in sections(sent)
+        ),
         matching=vectors.state,
     )
 
 
-def _ranked(section: TopicSection, ranker: Ranker) -> RankedSection:
+def _ranked(
+    section: TopicSection, ranker: Ranker, unsent: set[int], sent: set[int], sent_today: set[int]
+) -> RankedSection:
     return RankedSection(
         name=section.name,
         title=section.title,
         papers=tuple(RankedPaper(item, ranker.explain(item)) for item in section.items),
         left_out=ranker.left_out.get(section.name, 0),
+        sent_today=len(unsent & sent_today),
+        sent_before=len(unsent & (sent - sent_today)),
     )
 
 

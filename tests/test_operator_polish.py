@@ -101,6 +101,17 @@ def test_source_urls_that_are_allowed_still_load(tmp_path: Path) -> None:
         # unclosed bracket and quote: the line that opened them, not the end of the file
         ("database:\n  url: [unclosed\nweb:\n  port: 1\n", 2, "'[' opened on this line"),
         ('smtp:\n  host: "x\n  port: 2\nweb:\n  port: 1\n', 2, "quote opened on this line"),
+        # ... and closed by the next quote further down (issue 29 item 10): not "indented"
+        (
+            'sender:\n  from: "Papers <a@b.org>\n  postal_address: "Lab"\n  base_url: x\n',
+            2,
+            "the quote opened on this line is not closed on it, so the value runs on to line 3",
+        ),
+        (
+            "topics:\n  - name: 'llm\n    title: LLM\n    keywords: ['KV cache']\n",
+            2,
+            "the quote opened on this line is not closed on it",
+        ),
         ("smtp:\n\thost: x\n", 2, "spaces, not tabs"),
     ],
 )
@@ -513,7 +524,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_demo_says_how_to_serve_its_links_and_they_work_when_served(tmp_path: Path) -> None:
-    import shutil
 
     from fastapi.testclient import TestClient
 
@@ -521,10 +531,9 @@ def test_the_demo_says_how_to_serve_its_links_and_they_work_when_served(tmp_path
     from newsletter.store import Store
     from newsletter.web import create_app
 
-    shutil.copytree(ROOT / "config", tmp_path / "config")
-    config_path = tmp_path / "config" / "demo.yaml"
     var = tmp_path / "var" / "demo"
-    result = CliRunner().invoke(cli, ["--config", str(config_path), "demo", "--dir", str(var)])
+    config_path = var / "demo.yaml"  # the demo's own copy of the bundled config
+    result = CliRunner().invoke(cli, ["demo", "--dir", str(var)])
     assert result.exit_code == 0, result.output
     out = " ".join(result.output.split())
     assert "The digests' links (View in browser, Manage topics, Unsubscribe) go to" in out

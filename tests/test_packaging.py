@@ -37,6 +37,11 @@ def test_wheel_ships_templates_and_an_installed_package_finds_them(tmp_path: Pat
         "newsletter/templates/digest.html",
         "newsletter/templates/digest.txt",
         "newsletter/data/newsletter.example.yaml",
+        "newsletter/data/demo.yaml",
+        *(
+            f"newsletter/data/demo-feeds/{f.name}"
+            for f in (ROOT / "config" / "demo-feeds").iterdir()
+        ),
         "newsletter/store/migrations/env.py",
         "newsletter/store/migrations/versions/0001_initial_schema.py",
     ):
@@ -45,7 +50,8 @@ def test_wheel_ships_templates_and_an_installed_package_finds_them(tmp_path: Pat
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
         "from newsletter.render import shipped_templates_dir; from newsletter.cli import example_config;"
-        "print(shipped_templates_dir()); print(example_config())"
+        "print(shipped_templates_dir()); print(example_config());"
+        "from newsletter.demo import shipped_demo; print(*shipped_demo())"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run(
@@ -56,6 +62,23 @@ def test_wheel_ships_templates_and_an_installed_package_finds_them(tmp_path: Pat
         text=True,
         check=True,
     ).stdout
-    templates, example = out.split()
+    templates, example, demo, feeds = out.split()
     assert templates == str(site / "newsletter" / "templates")
     assert example == str(site / "newsletter" / "data" / "newsletter.example.yaml")
+    assert demo == str(site / "newsletter" / "data" / "demo.yaml")
+    assert feeds == str(site / "newsletter" / "data" / "demo-feeds")
+
+    # Outside the checkout, the installed package runs its demo from the files it ships.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    demo_run = subprocess.run(
+        [sys.executable, "-m", "newsletter", "demo"],
+        cwd=elsewhere,
+        env={**env, "NEWSLETTER_LOG_FORMAT": "text"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert demo_run.returncode == 0, demo_run.stderr
+    assert "digests sent: 3" in " ".join(demo_run.stdout.split())
+    assert (elsewhere / "newsletter-demo" / "demo.db").exists()

@@ -148,7 +148,7 @@ def test_the_readme_screenshots_are_the_digest_the_demo_ranks(tmp_path: Path) ->
     keys = re.findall(r"^\s*\d+\.\s+[\d.]+\s+(\S+)", ranked.output, re.MULTILINE)
     assert len(keys) >= 8
     var = tmp_path / "var"
-    sent = CliRunner().invoke(cli, ["--config", config, "demo", "--dir", str(var)])
+    sent = CliRunner().invoke(cli, ["demo", "--dir", str(var)])
     assert sent.exit_code == 0, sent.output
     page_html = (var / "html" / "grace-example-org.html").read_text()
     # The picture is the ranker's digest: the same papers, in the same order.

@@ -14,9 +14,10 @@ import re
 import smtplib
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import SmtpSettings
@@ -87,8 +88,29 @@ class _Tracking(smtplib.SMTP):
         sock = self.sock
         if sock is None or isinstance(sock, ssl.SSLSocket):  # TLS already proved a TLS server
             return
+        timeout = sock.gettimeout()
+        patience = GREETING_PATIENCE if timeout is None else min(GREETING_PATIENCE, timeout)
+        deadline = time.monotonic() + (timeout or 0)
         try:
-            start = sock.recv(512, socket.MSG_PEEK)  # left in the socket for smtplib to read
+            try:
+                sock.settimeout(patience)
+                start = sock.recv(512, socket.MSG_PEEK)  # left in the socket for smtplib to read
+            except TimeoutError:
+                # Silent so far: a slow relay, or a web server waiting for a request. Ask the
+                # same address, on a second connection, whether it speaks HTTP; this one never
+                # talks before the greeting (some relays drop clients that do).
+                web = _answers_http(sock.getpeername(), patience)
+                if web is not None:
+                    self.close()
+                    raise _NoGreeting(web) from None
+                left = None if timeout is None else deadline - time.monotonic()
+                sock.settimeout(None if left is None else max(left, 0.001))
+                start = sock.recv(512, socket.MSG_PEEK)
+            finally:
+                if self.sock is not None:
+                    sock.settimeout(timeout)
+        except _NoGreeting:
+            raise  # an SMTPException is an OSError too: not the case below
         except TimeoutError as e:
             self.close()
             raise _NoGreeting("") from e
@@ -101,6 +123,26 @@ class _Tracking(smtplib.SMTP):
             first = start.splitlines()[0].decode("latin-1") if start.strip() else ""
             self.close()
             raise _NoGreeting(re.sub(r"[\x00-\x1f\x7f]", "?", first)[:80] or repr(start[:20]))
+
+
+GREETING_PATIENCE = 2.0
+"""Seconds of silence before a relay's greeting is late enough to ask whether it is a web server."""
+
+
+def _answers_http(address: tuple[Any, ...], timeout: float) -> str | None:
+    """The status line, when the server at ``address`` answers an HTTP request; else ``None``.
+
+    Asked on a connection of its own, so a slow SMTP relay's session is left alone (the probe's
+    ``HEAD`` is refused by a relay like any unknown command, or dropped)."""
+    try:
+        with socket.create_connection((address[0], address[1]), timeout=timeout) as probe:
+            probe.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+            reply = probe.recv(128)
+    except OSError:
+        return None
+    if not reply.startswith(b"HTTP/"):
+        return None
+    return re.sub(r"[\x00-\x1f\x7f]", "?", reply.splitlines()[0].decode("latin-1"))[:80]
 
 
 class _TrackingSSL(_Tracking, smtplib.SMTP_SSL):
@@ -162,8 +204,9 @@ class SmtpMailer:
                     "or closed the connection; check smtp.host and smtp.port (an SMTP relay "
                     "greets at once, on port 25, 465 or 587)"
                 ) from e
+            web = ": it is a web server" if e.said.startswith("HTTP/") else ""
             raise RelayError(
-                f"the relay at {self._where()} did not answer like an SMTP server ({said}); "
+                f"the relay at {self._where()} did not answer like an SMTP server{web} ({said}); "
                 "check smtp.host and smtp.port (an SMTP relay listens on 25, 465 or 587)"
             ) from e
         except smtplib.SMTPAuthenticationError as e:

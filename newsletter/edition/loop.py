@@ -18,7 +18,14 @@ from newsletter.deliver import make_message_id
 from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.deliver.pool import Job, Outcome, SendPool
 from newsletter.edition.build import EditionBuilder
-from newsletter.edition.plan import AlreadySent, Skip, after_claim, choose
+from newsletter.edition.plan import (
+    AlreadySent,
+    Skip,
+    after_claim,
+    choose,
+    is_in_flight,
+    is_settled,
+)
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import SendRequest
 from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
@@ -138,6 +145,12 @@ def send_editions(
             sent_ids = store.sent_paper_ids(ids, since=builder.history_since)
             votes = store.votes_for(ids)
             last = store.last_sent(ids) if skip_quiet and not force else {}
+            # A dry run claims nothing: it reads the ledger to say what a real run would skip.
+            ledger = (
+                store.edition_statuses(ids, {d for _, d in choice.wanted})
+                if dry_run and not force
+                else {}
+            )
             claims: dict[int, EditionClaim | None] = {}
             for at, (sub, edition_date) in enumerate(choice.wanted):
                 if stopping():
@@ -149,6 +162,10 @@ def send_editions(
                 report.considered += 1
                 report.dates.add(edition_date)
                 if dry_run:
+                    status = ledger.get((sub.id, edition_date))
+                    if is_settled(status) or is_in_flight(status):
+                        report.already += 1  # the claim a real run makes would be refused
+                        continue
                     digest = builder.digest(
                         sub,
                         edition_date,

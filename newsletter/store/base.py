@@ -123,7 +123,7 @@ def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
         if backend == "postgresql":
             raise NotInstalled(
                 f"{where}: {shown} needs the PostgreSQL driver (psycopg), which is not installed: "
-                "pip install 'newsletter[postgres]'"
+                "pip install 'newsletter[postgres]' (from a checkout: pip install -e '.[postgres]')"
             ) from e
         raise NotInstalled(f"{where}: {shown} needs the module {e.name}, not installed") from e
 

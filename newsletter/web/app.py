@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import zoneinfo
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
@@ -62,6 +64,29 @@ def create_app(
     app.state.web = ctx
     app.state.metrics = metrics_registry(config, store, now)  # GET /metrics (with the token)
     app.add_exception_handler(RequestValidationError, request_validation_handler)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        """An unknown address opened in a browser gets a page; the API and other clients keep
+        FastAPI's JSON ``{"detail": ...}``."""
+        assert isinstance(exc, HTTPException)
+        browser = "text/html" in request.headers.get("accept", "")
+        if (
+            exc.status_code == 404
+            and exc.detail == "Not Found"  # no route; a route's own 404 says more, in JSON
+            and browser
+            and not request.url.path.startswith("/api/")
+        ):
+            return pages.message(
+                ctx,
+                "Page not found",
+                "There is no page at this address. Every digest has links to manage your "
+                "subscription and to unsubscribe.",
+                404,
+                subscribe_link=True,
+            )
+        return await http_exception_handler(request, exc)
+
+    app.add_exception_handler(HTTPException, not_found)
     # Added first, so it runs inside the security headers: a 413 carries them too.
     app.add_middleware(BodyLimit, max_bytes=config.settings.web.max_body_bytes)
     app.middleware("http")(security_headers)

@@ -135,7 +135,12 @@ def test_postgresql_without_the_postgres_extra(tmp_path: Path) -> None:
     blocked = newsletter(
         tmp_path, "--config", str(path), "db", "upgrade", prefix=["-c", BLOCK_PSYCOPG]
     )
-    one_error(blocked, ExitStatus.NOT_INSTALLED, url, "pip install 'newsletter[postgres]'")
+    one_error(
+        blocked,
+        ExitStatus.NOT_INSTALLED,
+        url,
+        "pip install 'newsletter[postgres]' (from a checkout: pip install -e '.[postgres]')",
+    )
     # the blocker is what made the difference: without it the same command reaches the network
     plain = newsletter(tmp_path, "--config", str(path), "db", "upgrade")
     assert plain.returncode == ExitStatus.DATABASE_UNAVAILABLE
