@@ -55,6 +55,7 @@ import markupsafe
 import premailer
 
 from newsletter.config import Settings
+from newsletter.excerpts import excerpt, lead_excerpt
 from newsletter.models import Digest, DigestItem
 
 log = logging.getLogger(__name__)
@@ -271,23 +272,6 @@ def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
     if len(names) <= shown + 1:  # "+ 1 more" is longer than the name it hides
         return ", ".join(names)
     return ", ".join(names[:shown]) + f" + {len(names) - shown} more"
-
-
-_SENTENCE_END = re.compile(r"[.?!][)\]\"”’']?\s")
-
-
-def excerpt(text: str, limit: int = 320) -> str:
-    """Cut at a sentence boundary if one is near, else at a word boundary, with an ellipsis."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit + 1]
-    ends = [m.end() - 1 for m in _SENTENCE_END.finditer(cut)]
-    if ends and ends[-1] >= limit * 0.6:
-        return cut[: ends[-1]].rstrip()
-    space = cut.rfind(" ", 0, limit)
-    body = cut[:space] if space > limit * 0.5 else text[:limit]
-    return body.rstrip(" ,;:-–—") + "…"
 
 
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None = None) -> str:
@@ -596,6 +580,7 @@ __all__ = [
     "excerpt",
     "inline_css",
     "inline_template_source",
+    "lead_excerpt",
     "safe_url",
     "short_authors",
     "wrap",
