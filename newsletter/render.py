@@ -56,6 +56,7 @@ import premailer
 
 from newsletter.config import Settings
 from newsletter.excerpts import excerpt, lead_excerpt
+from newsletter.latex import to_text
 from newsletter.models import Digest, DigestItem
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ def make_environment(
     # once, then reused for every subscriber whose digest holds the paper.
     env.filters["short_authors"] = _memo(short_authors)
     env.filters["excerpt"] = _memo(excerpt)
+    env.filters["latex"] = to_text  # memoized itself: LaTeX in titles and abstracts as text
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
     env.globals["once"] = Fragments()
