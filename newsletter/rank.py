@@ -547,9 +547,9 @@ class PaperIndex:
                     # counts as a mention of it in the title, once; the title's length is as
                     # written (the parts add no words to it).
                     for tok in docs.title_parts[p]:
-                        tid = singles.get(tok)
-                        if tid is not None and tid not in counts:
-                            counts[tid] = 1.0
+                        part = singles.get(tok)
+                        if part is not None and part not in counts:
+                            counts[part] = 1.0
                 if f == 0 and bags:
                     # A title that has every word of a phrase, not in order ("serving LLMs"
                     # for "LLM serving"), counts half a mention: scattered words count less.
