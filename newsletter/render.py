@@ -544,6 +544,10 @@ class Renderer:
             "topics": digest.topic_titles,
             "links": links,
             "feedback_on": links.feedback is not None,
+            # The text part: one "rate these papers" link (the view page, whose cards have the
+            # more/less buttons) when there is one, else each paper's two feedback links.
+            "rate_link": links.view if links.feedback is not None and links.view else None,
+            "paper_feedback": links.feedback is not None and not links.view,
             "sender": self.settings.sender,
             "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
             "width": TEXT_WIDTH,
