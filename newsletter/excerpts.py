@@ -46,10 +46,12 @@ _ABBREVIATIONS = frozenset(
 """Words after which a period does not end a sentence (lower-case, without the final period)."""
 
 _SUBJECT = re.compile(
-    r"(?:^|(?<=\s))(?:we|our|it|this (?:paper|work|study|article|dissertation|thesis|report))\b",
+    r"(?:^|(?<=\s))(?:we|our|it(?= (?:then|also|further|next)\b)"
+    r"|this (?:paper|work|study|article|dissertation|thesis|report))\b",
     re.IGNORECASE,
 )
-"""Who does something in a contribution sentence: "we", "our ...", "this paper", "It then ..."."""
+"""Who does something in a contribution sentence: "we", "our ...", "this paper", "It then ..."
+(a bare "It was introduced by ..." is about someone else's work)."""
 _NEAR = r",?(?:\s+[\w'-]+,?){0,3}?\s+"
 """Up to three words between the subject and its verb ("we then present", "our paper proposes")."""
 _CONTRIBUTES = re.compile(

@@ -83,3 +83,9 @@ def test_deterministic() -> None:
     text = "Background. We propose A. We introduce B. A is 2x faster. B is 3x faster."
     assert len({excerpt(text) for _ in range(5)}) == 1
     assert excerpt(text).startswith("We propose A.")
+
+
+def test_someone_elses_work_is_not_the_contribution() -> None:
+    text = "BERT is a model. It was introduced by Google. We propose Foo. Foo is 2x faster."
+    assert excerpt(text) == "We propose Foo. Foo is 2x faster."
+    assert excerpt("Background. It then proposes Bar.") == "It then proposes Bar."
