@@ -12,6 +12,8 @@
   "quantizing", "quantization" and "quantise" are one word, while "distributed" and
   "distribution", or "general" and "generation", stay apart (full Porter2 would merge
   "parallelism" with "parallel"; the judged set in ``tests/ranking/`` compares the variants).
+* :func:`compound_parts` gives the words inside a title's CamelCase compounds ("NeRF" in
+  "BirdNeRF"), which the ranker counts for one-word keywords.
 * :func:`abbreviations` finds "long form (SF)" definitions in a text with the Schwartz–Hearst
   algorithm (Schwartz & Hearst, *A simple algorithm for identifying abbreviation definitions in
   biomedical text*, PSB 2003); :data:`KNOWN_ACRONYMS` is a short shipped list of the field's
