@@ -186,8 +186,9 @@ def excerpt(text: str, limit: int = LIMIT) -> str:
     """What the paper did (and its headline result) in at most ``limit`` characters.
 
     The contribution sentence, then the first other sentence with a headline number if both fit
-    (in the abstract's order); without a result, the sentences that follow the contribution while
-    they fit. No contribution sentence: the first sentences (:func:`lead_excerpt`). A
+    (in the abstract's order), else the first such sentence cut with "…" after the clause that
+    holds its number (:func:`_result_clause`), if that fits; without a result, the sentences that
+    follow the contribution while they fit. No contribution sentence: the first sentences (:func:`lead_excerpt`). A
     contribution sentence longer than ``limit`` is cut (:func:`cut`).
     """
     text = " ".join(text.split())
@@ -199,10 +200,19 @@ def excerpt(text: str, limit: int = LIMIT) -> str:
     if len(main) > limit:
         return cut(main, limit)
     chosen = [found]
-    for i, s in enumerate(parts):
-        if i != found and _RESULT.search(s) and len(main) + 1 + len(s) <= limit:
-            chosen.append(i)
-            break
+    shown = list(parts)
+    room = limit - len(main) - 1
+    results = [i for i, s in enumerate(parts) if i != found and _RESULT.search(s)]
+    fits = [i for i in results if len(parts[i]) <= room]
+    if fits:
+        chosen.append(fits[0])
+    else:  # the first result whose clause with the number fits, cut after that clause
+        for i in results:
+            clause = _result_clause(parts[i], room)
+            if clause:
+                shown[i] = clause
+                chosen.append(i)
+                break
     if len(chosen) == 1:  # no result that fits: the context right after the contribution
         length = len(main)
         for i in range(found + 1, len(parts)):
@@ -210,4 +220,30 @@ def excerpt(text: str, limit: int = LIMIT) -> str:
                 break
             chosen.append(i)
             length += 1 + len(parts[i])
-    return " ".join(parts[i] for i in sorted(set(chosen)))
+    return " ".join(shown[i] for i in sorted(set(chosen)))
+
+
+def _result_clause(sentence: str, room: int) -> str | None:
+    """``sentence`` cut with "…" at the last clause boundary (", " or "; " outside parentheses,
+    not after "e.g.,") that keeps its first headline number and fits in ``room``; or ``None``."""
+    found = _RESULT.search(sentence)
+    if found is None:
+        return None
+    depth = 0
+    best = -1
+    for i, c in enumerate(sentence[: room - 1]):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif (
+            c in ",;"
+            and depth == 0
+            and i >= found.end()
+            and sentence[i + 1 : i + 2] == " "
+            and not (i > 0 and sentence[i - 1] == "." and _abbreviation(sentence, i - 1))
+        ):
+            best = i
+    if best < 0:
+        return None
+    return sentence[:best] + "…"
