@@ -164,6 +164,7 @@ def _merge(old: Paper, new: PaperData) -> PaperData:
         published=old.published or new.published,
         upvotes=new.upvotes if new.upvotes is not None else old.upvotes,
         comments=new.comments if new.comments is not None else old.comments,
+        code_stars=new.code_stars if new.code_stars is not None else old.code_stars,
     )
 
 
@@ -186,6 +187,7 @@ def _fold(first: PaperData, second: PaperData) -> PaperData:
         sources=(),
         upvotes=first.upvotes,
         comments=first.comments,
+        code_stars=first.code_stars,
     )
     return replace(
         _merge(as_paper, second), announce_type=first.announce_type or second.announce_type
@@ -213,11 +215,16 @@ def decide(
             announced = announces_new and not (
                 d.announce_type is not None and d.announce_type.is_update
             )
-            writes.append(PaperWrite(d, None, True, d.upvotes is not None, announced))
+            signals = d.upvotes is not None or d.code_stars is not None
+            writes.append(PaperWrite(d, None, True, signals, announced))
             continue
         merged = _merge(old, d)
         meta = content_hash(merged) != content_hash(old)
-        signals = (merged.upvotes, merged.comments) != (old.upvotes, old.comments)
+        signals = (merged.upvotes, merged.comments, merged.code_stars) != (
+            old.upvotes,
+            old.comments,
+            old.code_stars,
+        )
         new_link = source is not None and source not in old.sources
         promote = (
             not old.announced

@@ -46,6 +46,8 @@ class PaperData:
     published: datetime | None = None
     upvotes: int | None = None
     comments: int | None = None
+    code_stars: int | None = None
+    """The code repository's stars, when the source gives them (never fetched from GitHub)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,8 @@ class Paper:
     """Upvotes gained per hour over the recent signal history, when there is one."""
     announced: bool = True
     """False while the paper is known only from a backfill or a replacement (never offered)."""
+    code_stars: int | None = None
+    """The code repository's stars as the source last gave them (Hugging Face Daily Papers)."""
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
@@ -79,7 +83,7 @@ class Paper:
         fields = (self.id, self.key, self.title, self.abstract, self.authors, self.categories)
         rest = (self.url, self.pdf_url, self.code_url, self.version, self.published)
         more = (self.first_seen, self.updated, self.sources, self.upvotes, self.comments)
-        last = (self.upvote_velocity, self.announced)
+        last = (self.upvote_velocity, self.announced, self.code_stars)
         object.__setattr__(self, "_hash", hash((fields, rest, more, last)))
 
     def __hash__(self) -> int:

@@ -67,6 +67,7 @@ from newsletter.text import (
     KNOWN_ACRONYMS,
     author_key,
     category_key,
+    compound_parts,
     fold,
     phrase_terms,
     read_defined,
@@ -478,21 +479,26 @@ class Documents:
     abstracts: tuple[list[str], ...]
     learned: dict[str, Counter[tuple[Tokens, str]]]
     """acronym key → how often papers defined it as each long form (tokens, as written)."""
+    title_parts: tuple[list[str], ...] = ()
+    """Per paper, the words inside its title's CamelCase compounds (``text.compound_parts``):
+    "BirdNeRF" holds "nerf". Empty when not read (a title then matches whole words only)."""
 
     @classmethod
     def read(cls, papers: Sequence[Paper]) -> Documents:
         """The papers' titles and abstracts as words, with the acronym pairs they define."""
         titles: list[list[str]] = []
         abstracts: list[list[str]] = []
+        parts: list[list[str]] = []
         learned: dict[str, Counter[tuple[Tokens, str]]] = {}
         for paper in papers:
             (title, abstract), found = read_defined(paper.title, paper.abstract)
             titles.append(title)
             abstracts.append(abstract)
+            parts.append(compound_parts(paper.title))
             for key, (_, long) in found.items():
                 toks = tuple(tokenize(long))
                 learned.setdefault(key, Counter())[(toks, " ".join(long.split()))] += 1
-        return cls(tuple(papers), tuple(titles), tuple(abstracts), learned)
+        return cls(tuple(papers), tuple(titles), tuple(abstracts), learned, tuple(parts))
 
 
 class PaperIndex:
@@ -536,6 +542,14 @@ class PaperIndex:
                         found = terms.get(tuple(toks[i : i + size]))
                         if found is not None:
                             counts[found] = counts.get(found, 0.0) + 1
+                if f == 0 and docs.title_parts:
+                    # A one-word keyword inside a compound of the title ("NeRF" in "BirdNeRF")
+                    # counts as a mention of it in the title, once; the title's length is as
+                    # written (the parts add no words to it).
+                    for tok in docs.title_parts[p]:
+                        part = singles.get(tok)
+                        if part is not None and part not in counts:
+                            counts[part] = 1.0
                 if f == 0 and bags:
                     # A title that has every word of a phrase, not in order ("serving LLMs"
                     # for "LLM serving"), counts half a mention: scattered words count less.

@@ -55,6 +55,8 @@ import markupsafe
 import premailer
 
 from newsletter.config import Settings
+from newsletter.excerpts import excerpt, lead_excerpt
+from newsletter.latex import to_text
 from newsletter.models import Digest, DigestItem
 
 log = logging.getLogger(__name__)
@@ -159,6 +161,7 @@ def make_environment(
     # once, then reused for every subscriber whose digest holds the paper.
     env.filters["short_authors"] = _memo(short_authors)
     env.filters["excerpt"] = _memo(excerpt)
+    env.filters["latex"] = to_text  # memoized itself: LaTeX in titles and abstracts as text
     env.filters["wrap"] = _memo(wrap)
     env.filters["url"] = _memo(safe_url)
     env.globals["once"] = Fragments()
@@ -275,23 +278,6 @@ def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
     if len(names) <= shown + 1:  # "+ 1 more" is longer than the name it hides
         return ", ".join(names)
     return ", ".join(names[:shown]) + f" + {len(names) - shown} more"
-
-
-_SENTENCE_END = re.compile(r"[.?!][)\]\"”’']?\s")
-
-
-def excerpt(text: str, limit: int = 320) -> str:
-    """Cut at a sentence boundary if one is near, else at a word boundary, with an ellipsis."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[: limit + 1]
-    ends = [m.end() - 1 for m in _SENTENCE_END.finditer(cut)]
-    if ends and ends[-1] >= limit * 0.6:
-        return cut[: ends[-1]].rstrip()
-    space = cut.rfind(" ", 0, limit)
-    body = cut[:space] if space > limit * 0.5 else text[:limit]
-    return body.rstrip(" ,;:-–—") + "…"
 
 
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None = None) -> str:
@@ -562,6 +548,10 @@ class Renderer:
             "topics": digest.topic_titles,
             "links": links,
             "feedback_on": links.feedback is not None,
+            # The text part: one "rate these papers" link (the view page, whose cards have the
+            # more/less buttons) when there is one, else each paper's two feedback links.
+            "rate_link": links.view if links.feedback is not None and links.view else None,
+            "paper_feedback": links.feedback is not None and not links.view,
             "sender": self.settings.sender,
             "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
             "width": TEXT_WIDTH,
@@ -600,6 +590,7 @@ __all__ = [
     "excerpt",
     "inline_css",
     "inline_template_source",
+    "lead_excerpt",
     "safe_url",
     "short_authors",
     "wrap",

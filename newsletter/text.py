@@ -12,6 +12,8 @@
   "quantizing", "quantization" and "quantise" are one word, while "distributed" and
   "distribution", or "general" and "generation", stay apart (full Porter2 would merge
   "parallelism" with "parallel"; the judged set in ``tests/ranking/`` compares the variants).
+* :func:`compound_parts` gives the words inside a title's CamelCase compounds ("NeRF" in
+  "BirdNeRF"), which the ranker counts for one-word keywords.
 * :func:`abbreviations` finds "long form (SF)" definitions in a text with the Schwartz–Hearst
   algorithm (Schwartz & Hearst, *A simple algorithm for identifying abbreviation definitions in
   biomedical text*, PSB 2003); :data:`KNOWN_ACRONYMS` is a short shipped list of the field's
@@ -173,6 +175,47 @@ def fold(text: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Normalized, stemmed word tokens; punctuation and hyphens separate words."""
     return list(map(_word, _raw_words(_strip(text))))
+
+
+_HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+"""The pieces of a CamelCase word: "BirdNeRF" is Bird, Ne, RF; "LPViT" is LP, Vi, T."""
+_COMPOUND = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
+MAX_HUMPS = 6
+"""A longer CamelCase word is not split (its sub-words would be many and rarely meant)."""
+MIN_PART = 3
+"""Sub-words shorter than this are left out ("Ne" and "RF" of "NeRF" are no words)."""
+
+
+@lru_cache(maxsize=65536)
+def _word_parts(word: str) -> tuple[str, ...]:
+    humps = _HUMP.findall(word)
+    if not 2 <= len(humps) <= MAX_HUMPS or "".join(humps) != word:
+        return ()
+    parts: list[str] = []
+    for i in range(len(humps)):
+        for j in range(i + 1, len(humps) + 1):
+            part = "".join(humps[i:j])
+            if part != word and len(part) >= MIN_PART and not part.isdigit():
+                parts.append(_word(part))
+    return tuple(dict.fromkeys(parts))
+
+
+def compound_parts(text: str) -> list[str]:
+    """The tokens hidden inside the CamelCase compounds of ``text``, each once.
+
+    "BirdNeRF" holds "bird" and "nerf" (and "birdne", which no keyword is); "LPViT" holds
+    "vit"; "DeepSolarEye" holds "deep", "solar", "eye", "deepsolar" and "solareye". Every
+    contiguous run of the word's pieces of at least :data:`MIN_PART` characters, except the
+    whole word (which :func:`tokenize` already gives). Hyphenated compounds ("NeRF-XL") need
+    nothing: the tokenizer splits them. The ranker counts a part in a title only when it is a
+    keyword on its own (a one-word term), so "NeRF" inside "BirdNeRF" matches the keyword NeRF.
+    """
+    out: dict[str, None] = {}
+    for word in _raw_words(text):
+        if len(word) > MIN_PART and _COMPOUND.search(word):
+            for part in _word_parts(_strip(word)):
+                out.setdefault(part)
+    return list(out)
 
 
 def phrase_terms(phrase: str) -> tuple[tuple[str, ...], ...]:

@@ -71,6 +71,7 @@ def paper(pid: int, raw: dict[str, Any]) -> Paper:
         sources=("fixture",),
         upvotes=raw["upvotes"],
         comments=raw["comments"],
+        code_stars=raw.get("code_stars"),
     )
 
 

@@ -54,6 +54,26 @@ def send_step(
     return report
 
 
+def papers_before_0014(store: Store, now: datetime, *keys: str) -> list[int]:
+    """Papers titled "Paper KEY" as the code before migration 0014 (no ``papers.code_stars``)
+    wrote them, for migration tests on an older schema: the columns every revision has.
+    Returns their ids, in order."""
+    ids = []
+    with store.engine.begin() as conn:
+        for k in keys:
+            ids.append(
+                conn.execute(
+                    text(
+                        "INSERT INTO papers (key, title, abstract, authors, categories, url, "
+                        "first_seen, updated, content_hash, announced) VALUES (:k, :t, '', "
+                        "'[]', '[]', '', :now, :now, :h, :a) RETURNING id"
+                    ),
+                    {"k": k, "t": f"Paper {k}", "now": now, "h": k, "a": True},
+                ).scalar_one()
+            )
+    return ids
+
+
 def sent_before_0011(
     store: Store, subscriber_id: int, day: date, paper_ids: list[int], now: datetime
 ) -> int:

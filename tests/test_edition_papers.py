@@ -17,7 +17,7 @@ from newsletter.ingest import decide
 from newsletter.models import EditionStatus, PaperData
 from newsletter.store import Store
 from newsletter.store import tables as t
-from tests.sends import sent_before_0011, subscriber_before_0012
+from tests.sends import papers_before_0014, sent_before_0011, subscriber_before_0012
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 DAY = date(2026, 11, 17)
@@ -88,7 +88,7 @@ def test_0009_drops_two_keys_and_keeps_every_row(db_url: str) -> None:
             ("paper_id", "papers"),
             ("edition_id", "editions"),
         }
-        ids = _papers(store, "2611.00001", "2611.00002", "2611.00003")
+        ids = papers_before_0014(store, NOW, "2611.00001", "2611.00002", "2611.00003")
         _old_sent(store, "ada@example.org", ids)
         _old_sent(store, "bob@example.org", ids[:1])
         before = _rows(store)
@@ -115,7 +115,9 @@ def test_0011_moves_every_sent_paper_into_its_edition_and_back(db_url: str) -> N
     store = Store(db_url)
     try:
         store.upgrade("0010")
-        p1, p2, p3, p4 = _papers(store, "2611.00001", "2611.00002", "2611.00003", "2611.00004")
+        p1, p2, p3, p4 = papers_before_0014(
+            store, NOW, "2611.00001", "2611.00002", "2611.00003", "2611.00004"
+        )
         ada = _old_sent(store, "ada@example.org", [p3, p1, p2])
         bob = _old_sent(store, "bob@example.org", [p1])
         _old_sent(store, "ada@example.org", [p1, p4], day=date(2026, 11, 18))  # p1: no row

@@ -3,6 +3,7 @@ parts; made without giving up the per-run caches of sections and cards."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -62,11 +63,14 @@ def render_both(renderer: Renderer, sid: int) -> tuple[str, str]:
 
 
 def test_every_item_has_both_links_for_its_reader_in_both_parts() -> None:
+    """The HTML has each paper's two links; the text part has them too when there is no view
+    page, and otherwise one "rate these papers" link to it (issue 29: a readable text part)."""
     renderer = Renderer(D.settings())
     digest = D.digest(PAPERS, per_topic=4)
     out = renderer.render(digest, D.links())
+    no_view = renderer.render(digest, dataclasses.replace(D.links(), view=None))
     tokens = Tokens(D.SECRET, now=lambda: D.NOW)
-    for part in (out.html, out.text):
+    for part in (out.html, no_view.html, no_view.text):
         found = [read_token(tokens, t) for t in LINK.findall(part)]
         expected = [(i.paper.key, v, i.topic) for i in digest.items for v in (MORE, LESS)]
         assert [(f.paper_key, f.value, f.topic) for f in found] == expected
@@ -74,8 +78,11 @@ def test_every_item_has_both_links_for_its_reader_in_both_parts() -> None:
         assert readers == {(1, True)}
     assert out.html.count(">More like this</a>") == len(digest.items) == 12
     assert out.html.count(">Less like this</a>") == 12
-    assert out.text.count("    More like this  https://") == 12
-    assert "fbk" not in out.html and "fbk" not in out.text  # no marker left behind
+    assert no_view.text.count("    More like this  https://") == 12
+    assert LINK.findall(out.text) == [] and out.text.count(D.links().view or "-") == 1
+    assert "Rate these papers (more or less like this):" in out.text
+    for part in (out.html, out.text, no_view.html, no_view.text):
+        assert "fbk" not in part  # no marker left behind
 
 
 def test_readers_sharing_a_cached_section_each_get_their_own_links() -> None:
@@ -86,8 +93,10 @@ def test_readers_sharing_a_cached_section_each_get_their_own_links() -> None:
     html2, text2 = render_both(renderer, 2)
     assert len(fragments._cache) == cached  # type: ignore[attr-defined]  # nothing rendered anew
     tokens = Tokens(D.SECRET, now=lambda: D.NOW)
-    for part, sid in ((html1, 1), (text1, 1), (html2, 2), (text2, 2)):
+    for part, sid in ((html1, 1), (html2, 2)):
         assert {read_token(tokens, t).subscriber_id for t in LINK.findall(part)} == {sid}
+    for part, sid in ((text1, 1), (text2, 2)):  # the text part: one link to the reader's page
+        assert D.links(sid).view in part and D.links(3 - sid).view not in part
 
 
 def test_without_feedback_links_the_digest_shows_none() -> None:

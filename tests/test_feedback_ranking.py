@@ -56,9 +56,10 @@ def test_more_like_this_reaches_the_readers_digest_and_no_one_elses(
 
     sent = run(config_path, "send", "--now")
     assert sent.exit_code == 0, sent.output
-    texts = {m.rcpt_tos[0]: text_and_html(m.message)[0] for m in smtp_server.received}
-    assert "Why: like: " in " ".join(texts["voter@example.org"].split())
-    assert "like: " not in texts["quiet@example.org"]
+    # The reason is in the HTML part (the text part keeps title, authors, excerpt, one link).
+    htmls = {m.rcpt_tos[0]: text_and_html(m.message)[1] for m in smtp_server.received}
+    assert "seeing this:</b> like: " in " ".join(htmls["voter@example.org"].split())
+    assert "like: " not in htmls["quiet@example.org"]
 
 
 def test_a_topics_like_papers_shape_every_readers_list(

@@ -82,6 +82,8 @@ def _entry(entry: Any) -> tuple[PaperData | None, str]:
                 pass
     abs_url, pdf_url = arxiv_urls(arxiv_id)
     repo = paper.get("githubRepo")
+    stars = _int(paper.get("githubStars"))
+    code_url = repo if isinstance(repo, str) and repo.startswith(("https://", "http://")) else None
     return (
         PaperData(
             key=arxiv_id,
@@ -90,13 +92,13 @@ def _entry(entry: Any) -> tuple[PaperData | None, str]:
             authors=authors,
             url=abs_url,
             pdf_url=pdf_url,
-            code_url=repo
-            if isinstance(repo, str) and repo.startswith(("https://", "http://"))
-            else None,
+            code_url=code_url,
             version=version,
             published=published,
             upvotes=_int(paper.get("upvotes")),
             comments=_int(entry.get("numComments")),
+            # The stars Hugging Face shows beside the repository; never fetched from GitHub.
+            code_stars=stars if code_url and stars is not None and stars >= 0 else None,
         ),
         "",
     )

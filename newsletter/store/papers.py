@@ -68,6 +68,7 @@ def _paper_row(d: PaperData) -> dict[str, Any]:
         "published": d.published,
         "upvotes": d.upvotes,
         "comments": d.comments,
+        "code_stars": d.code_stars,
         "content_hash": content_hash(d),
     }
 
@@ -92,6 +93,7 @@ def _paper(r: Any, sources: tuple[str, ...], velocity: float | None = None) -> P
         comments=r.comments,
         upvote_velocity=velocity,
         announced=bool(r.announced),
+        code_stars=r.code_stars,
     )
 
 
@@ -226,9 +228,18 @@ class PaperStore(StoreBase):
                 conn.execute(
                     update(t.papers)
                     .where(t.papers.c.id == bindparam("_id"))
-                    .values(upvotes=bindparam("upvotes"), comments=bindparam("comments")),
+                    .values(
+                        upvotes=bindparam("upvotes"),
+                        comments=bindparam("comments"),
+                        code_stars=bindparam("code_stars"),
+                    ),
                     [
-                        {"_id": w.paper_id, "upvotes": w.data.upvotes, "comments": w.data.comments}
+                        {
+                            "_id": w.paper_id,
+                            "upvotes": w.data.upvotes,
+                            "comments": w.data.comments,
+                            "code_stars": w.data.code_stars,
+                        }
                         for w in signal_updates
                     ],
                 )

@@ -87,6 +87,8 @@ papers = Table(
     Column("updated", UTCDateTime, nullable=False),
     Column("upvotes", Integer),
     Column("comments", Integer),
+    # The code repository's stars, when a source gives them (migration 0014).
+    Column("code_stars", Integer),
     Column("content_hash", String(64), nullable=False),
     # False for a paper we first met through a replacement or a backfill: stored, never "new".
     Column("announced", Boolean, nullable=False, default=True),

@@ -13,14 +13,13 @@ from sqlalchemy import func, select, text
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import decide, run_fetch
-from newsletter.models import PaperData
+from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
-from tests.sends import run_send, sent_before_0011, subscriber_before_0012
+from tests.sends import papers_before_0014, run_send, sent_before_0011, subscriber_before_0012
 from tests.web.conftest import BASE, Clock, body_text
 
 
@@ -108,8 +107,8 @@ def test_migration_0006_keeps_every_row_and_stops_id_reuse(web_config: Config) -
             subscriber_before_0012(store, f"{who}@example.org", ["gpu-kernels", "rendering"], now)
             for who in ("ada", "bob", "cyd")
         ]
-        batch = [PaperData(key=f"2611.0000{i}", title=f"Paper {i}") for i in range(1, 4)]
-        paper_ids = list(store.write_papers("s", decide(batch, {}), now).values())
+        keys = [f"2611.0000{i}" for i in range(1, 4)]
+        paper_ids = papers_before_0014(store, now, *keys)  # as the code of 0005 wrote them
         for sid in ids:  # each sent a digest, as the code of 0005 recorded it
             sent_before_0011(store, sid, now.date(), paper_ids, now)
         # The highest id, gone before 0006 (by hand: today's remove also clears later tables).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html as htmllib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,7 +88,18 @@ def body_text(msg: Message) -> str:
 
 
 def links(msg: Message) -> list[str]:
-    return re.findall(r"https?://\S+", body_text(msg))
+    """Every link of a mail: the text part's, then the HTML part's that the text part lacks (a
+    digest's text part has one "rate these papers" link; the per-paper feedback links are in
+    its HTML part)."""
+    found = re.findall(r"https?://\S+", body_text(msg))
+    for part in msg.walk():
+        if part.get_content_type() == "text/html":
+            payload = part.get_payload(decode=True)
+            assert isinstance(payload, bytes)
+            page = payload.decode(part.get_content_charset() or "utf-8")
+            hrefs = [htmllib.unescape(h) for h in re.findall(r'href="(https?://[^"]+)"', page)]
+            found += [h for h in hrefs if h not in found]
+    return found
 
 
 def link_to(msg: Message, kind: str) -> str:

@@ -32,14 +32,21 @@ def test_more_like_this_from_the_digest_to_the_manage_page_and_undo(
     assert run_send(config, store, clock()).sent == 1
     [digest] = [m for m in smtp_server.messages_to("ada@example.org") if m["List-Id"]]
     text = body_text(digest)
-    more = first_link(text, base, "feedback")
-    assert text.count(f"{base}/feedback/") == 2 * text.count("    Why: ")
+    # The text part has one "rate these papers" link (issue 29), to the view-in-browser page,
+    # whose cards carry each paper's more/less links; no feedback URL per paper.
+    assert f"{base}/feedback/" not in text
+    rate = text.split("Rate these papers (more or less like this):", 1)[1].split()[0]
+    assert rate == first_link(text, base, "archive/view")
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
             page = browser.new_page()
-            page.goto(more)
+            page.goto(rate)
+            more = page.locator("a", has_text="More like this")
+            assert more.count() == page.locator("a", has_text="Less like this").count() >= 1
+            assert (more.first.get_attribute("href") or "").startswith(f"{base}/feedback/")
+            more.first.click()
             button = page.locator("button", has_text="Show me more papers like")
             button.wait_for()
             title = button.inner_text().split(": ", 1)[1]

@@ -176,3 +176,15 @@ def test_the_manage_page_lists_votes_and_undoes_one(
     r = client.post(form.group(1), data={"csrf": csrf_of(page.text), "paper": str(paper.id)})
     assert r.status_code == 200 and "Vote withdrawn" in r.text and "No votes yet" in r.text
     assert web_store.votes_of(reader.id) == []
+
+
+def test_the_feedback_page_shows_latex_titles_as_text(
+    client: TestClient, web_config: Config, web_store: Store, clock: Clock, reader: Subscriber
+) -> None:
+    """Issue 29: the stored title keeps its LaTeX (search reads it); the page shows text."""
+    data = PaperData(key="2611.00007", title=r"Sub-$O(n^2)$ \textit{Fast} M\'elange")
+    web_store.write_papers("test", decide([data], {}), clock())
+    paper = web_store.papers_by_keys(["2611.00007"])["2611.00007"]
+    assert paper.title == data.title
+    page = client.get(path_for(web_config, clock, reader, paper, MORE))
+    assert "Show me more papers like: Sub-O(n^2) Fast Mélange" in page.text

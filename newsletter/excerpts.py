@@ -1,0 +1,249 @@
+"""The digest's excerpt: the sentence that says what the paper did, and its headline result.
+
+An abstract usually opens with background ("Neural Radiance Fields have recently transformed
+3D scene representation..."); a reader deciding in 30 seconds wants the contribution ("we
+propose X") and, when there is one, the number that says how well it works ("10x faster").
+:func:`excerpt` picks both extractively and deterministically, in the abstract's order, within
+``limit`` characters; an abstract with no contribution sentence falls back to its first
+sentences (:func:`lead_excerpt`). Sentences are never split inside parentheses or after an
+abbreviation such as "e.g.", and a cut never falls inside parentheses or right after one.
+``tests/excerpts`` measures the choice against a judged sample (docs/digest.md has the figures).
+"""
+
+from __future__ import annotations
+
+import re
+
+LIMIT = 320
+"""Excerpts are at most this many characters (about two lines of a phone screen, three of a
+desktop card), ellipsis included."""
+
+_ABBREVIATIONS = frozenset(
+    [
+        "e.g",
+        "i.e",
+        "cf",
+        "vs",
+        "al",
+        "etc",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "sec",
+        "ref",
+        "refs",
+        "approx",
+        "resp",
+        "no",
+        "dr",
+        "mr",
+        "ms",
+        "prof",
+        "st",
+    ]
+)
+"""Words after which a period does not end a sentence (lower-case, without the final period)."""
+
+_SUBJECT = re.compile(
+    r"(?:^|(?<=\s))(?:we|our|it(?= (?:then|also|further|next)\b)"
+    r"|this (?:paper|work|study|article|dissertation|thesis|report))\b",
+    re.IGNORECASE,
+)
+"""Who does something in a contribution sentence: "we", "our ...", "this paper", "It then ..."
+(a bare "It was introduced by ..." is about someone else's work)."""
+_NEAR = r",?(?:\s+[\w'-]+,?){0,3}?\s+"
+"""Up to three words between the subject and its verb ("we then present", "our paper proposes")."""
+_CONTRIBUTES = re.compile(
+    _NEAR + r"(?:propos|present|introduc|develop|design|describ|buil[dt]|creat|releas|offer)"
+    r"(?:e|es|ed|s|t)?\b"
+    r"|.*?\bby (?:propos|present|introduc|develop|design|build|creat)ing\b",
+    re.IGNORECASE,
+)
+"""The verbs that announce the contribution, right after the subject ("we propose", "It then
+proposes") or as "by introducing": the first such sentence wins. "presents" far from "we" is
+not one ("we find that the heterogeneity of GPUs presents an opportunity")."""
+_CLAIMS = re.compile(
+    _NEAR + r"(?:show|demonstrat|find|prov|report)(?:e|es|ed|s|n)?\b", re.IGNORECASE
+)
+"""Weaker: "we show that ...", used only when no sentence announces a contribution."""
+_RESULT = re.compile(
+    r"\d(?:[\d,]*\d)?(?:\.\d+)?\s*(?:[x×](?![\d\w])|times(?!\w)|-?fold\b|\\?%|percent\b"
+    r"|(?:percentage )?points?\b|pp\b|dB\b|FPS\b|fps\b)"
+    r"|(?<![\w.])[x×]\d"
+    r"|\bspeed-?ups? (?:of|by) (?:up to |over |about )?\d",
+)
+"""A headline number: ``10x``, ``×3``, ``3.93x``, ``77%``, ``32-fold``, ``+2.1 points``, ``46 FPS``.
+``1024x1024`` (a size) is not one."""
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` (whitespace already collapsed) cut into sentences.
+
+    A sentence ends at ``.``, ``?`` or ``!`` (and a closing quote) followed by a space and a
+    capital letter, a digit or an opening quote, outside parentheses and brackets, and not after
+    an abbreviation ("e.g.", "et al.", "Fig.") or a single initial ("J. Smith").
+    """
+    out: list[str] = []
+    depth = 0
+    start = 0
+    n = len(text)
+    i = 0
+    while i < n:
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c in ".?!" and depth == 0:
+            end = i + 1
+            while end < n and text[end] in "\"'”’":
+                end += 1
+            if (
+                end + 1 < n
+                and text[end] == " "
+                and (text[end + 1].isupper() or text[end + 1].isdigit() or text[end + 1] in '"“')
+                and not (c == "." and _abbreviation(text, i))
+            ):
+                out.append(text[start:end])
+                start = end + 1
+                i = end
+        i += 1
+    if start < n:
+        out.append(text[start:])
+    return [s for s in out if s.strip()]
+
+
+def _abbreviation(text: str, dot: int) -> bool:
+    """Whether the period at ``dot`` closes an abbreviation or an initial, not a sentence."""
+    begin = dot
+    while begin > 0 and not text[begin - 1].isspace() and text[begin - 1] not in "([{":
+        begin -= 1
+    word = text[begin:dot].lower()
+    return word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())
+
+
+def lead_excerpt(text: str, limit: int = LIMIT) -> str:
+    """The first sentences of ``text`` that fit in ``limit`` characters, or its start cut at a
+    safe word boundary with an ellipsis (the excerpt of an abstract with no contribution)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    kept: list[str] = []
+    length = -1
+    for s in sentences(text):
+        if length + 1 + len(s) > limit:
+            break
+        kept.append(s)
+        length += 1 + len(s)
+    if kept and length >= limit * 0.6:
+        return " ".join(kept)
+    return cut(text, limit)
+
+
+def cut(text: str, limit: int = LIMIT) -> str:
+    """``text`` cut at the last word boundary that fits ``limit`` with "…": never inside
+    parentheses or brackets, never right after an abbreviation such as "e.g."."""
+    if len(text) <= limit:
+        return text
+    depth = 0
+    best = -1
+    for i, c in enumerate(text[:limit]):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == " " and depth == 0 and not _after_abbreviation(text, i):
+            best = i
+    if best <= 0:  # one long parenthesis: fall back to any word boundary
+        best = text.rfind(" ", 0, limit)
+    body = text[:best] if best > 0 else text[: limit - 1]
+    return body.rstrip(" ,;:-–—") + "…"
+
+
+def _after_abbreviation(text: str, space: int) -> bool:
+    """Whether the word before ``space`` is an abbreviation ("e.g.", "e.g.,", "i.e.:")."""
+    end = space
+    while end > 0 and text[end - 1] in ",;:":
+        end -= 1
+    return end > 0 and text[end - 1] == "." and _abbreviation(text, end - 1)
+
+
+def _contribution(parts: list[str]) -> int | None:
+    """The index of the sentence that says what the paper did, if one does."""
+    weak = None
+    for i, s in enumerate(parts):
+        for subject in _SUBJECT.finditer(s):
+            after = s[subject.end() :]
+            if _CONTRIBUTES.match(after):
+                return i
+            if weak is None and _CLAIMS.match(after):
+                weak = i
+    return weak
+
+
+def excerpt(text: str, limit: int = LIMIT) -> str:
+    """What the paper did (and its headline result) in at most ``limit`` characters.
+
+    The contribution sentence, then the first other sentence with a headline number if both fit
+    (in the abstract's order), else the first such sentence cut with "…" after the clause that
+    holds its number (:func:`_result_clause`), if that fits; without a result, the sentences that
+    follow the contribution while they fit. No contribution sentence: the first sentences (:func:`lead_excerpt`). A
+    contribution sentence longer than ``limit`` is cut (:func:`cut`).
+    """
+    text = " ".join(text.split())
+    parts = sentences(text)
+    found = _contribution(parts)
+    if found is None:
+        return lead_excerpt(text, limit)
+    main = parts[found]
+    if len(main) > limit:
+        return cut(main, limit)
+    chosen = [found]
+    shown = list(parts)
+    room = limit - len(main) - 1
+    results = [i for i, s in enumerate(parts) if i != found and _RESULT.search(s)]
+    fits = [i for i in results if len(parts[i]) <= room]
+    if fits:
+        chosen.append(fits[0])
+    else:  # the first result whose clause with the number fits, cut after that clause
+        for i in results:
+            clause = _result_clause(parts[i], room)
+            if clause:
+                shown[i] = clause
+                chosen.append(i)
+                break
+    if len(chosen) == 1:  # no result that fits: the context right after the contribution
+        length = len(main)
+        for i in range(found + 1, len(parts)):
+            if length + 1 + len(parts[i]) > limit:
+                break
+            chosen.append(i)
+            length += 1 + len(parts[i])
+    return " ".join(shown[i] for i in sorted(set(chosen)))
+
+
+def _result_clause(sentence: str, room: int) -> str | None:
+    """``sentence`` cut with "…" at the last clause boundary (", " or "; " outside parentheses,
+    not after "e.g.,") that keeps its first headline number and fits in ``room``; or ``None``."""
+    found = _RESULT.search(sentence)
+    if found is None:
+        return None
+    depth = 0
+    best = -1
+    for i, c in enumerate(sentence[: room - 1]):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif (
+            c in ",;"
+            and depth == 0
+            and i >= found.end()
+            and sentence[i + 1 : i + 2] == " "
+            and not (i > 0 and sentence[i - 1] == "." and _abbreviation(sentence, i - 1))
+        ):
+            best = i
+    if best < 0:
+        return None
+    return sentence[:best] + "…"
