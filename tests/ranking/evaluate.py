@@ -348,6 +348,76 @@ def table(report: Mapping[str, Any], set_name: str = DEFAULT_SET) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------- checks shared by the set tests
+
+TRAP_KINDS = frozenset(
+    {
+        "generic-word",
+        "acronym",
+        "vocabulary",
+        "inflection",
+        "upvoted-weak",
+        "zero-upvote",
+        "near-miss",
+    }
+)
+WRITTEN_FIELDS = {
+    "key",
+    "title",
+    "abstract",
+    "authors",
+    "categories",
+    "upvotes",
+    "comments",
+    "sources",
+}
+
+
+def check_written_paper(p: Mapping[str, Any], words: tuple[int, int]) -> None:
+    """Assert one paper written in a papers file is well-formed, its abstract within ``words``."""
+    assert set(p) == WRITTEN_FIELDS, p["key"]
+    assert p["key"].startswith("2611.2") and p["title"].strip() and p["authors"], p["key"]
+    assert p["upvotes"] is None or p["upvotes"] >= 0, p["key"]
+    assert p["sources"] and all(s in ("hf-daily",) or s.startswith("arxiv-") for s in p["sources"])
+    assert ("hf-daily" in p["sources"]) == (p["upvotes"] is not None), p["key"]
+    assert words[0] <= len(p["abstract"].split()) <= words[1], p["key"]
+
+
+def check_judged_keys_in_pool(
+    grades_by_topic: Mapping[str, Grades],
+    traps: Mapping[str, Mapping[str, list[str]]],
+    by_key: Mapping[str, Paper],
+    min_top: int,
+    distinct_traps: bool = False,
+) -> None:
+    """Assert every graded and trap key is in the pool, each topic has ``min_top`` grade-2 papers."""
+    for topic, grades in grades_by_topic.items():
+        assert set(grades) <= set(by_key), (topic, set(grades) - set(by_key))
+        assert sum(g == 2 for g in grades.values()) >= min_top, topic
+    for topic, kinds in traps.items():
+        for kind, keys in kinds.items():
+            assert set(keys) <= set(by_key), (topic, kind, set(keys) - set(by_key))
+            if distinct_traps:
+                assert len(set(keys)) == len(keys), (topic, kind)
+
+
+def check_traps(
+    topic: str, kinds: Mapping[str, list[str]], grades: Grades, by_key: Mapping[str, Paper]
+) -> None:
+    """Assert one topic's traps are of known kinds and consistent with its grades and upvotes."""
+    assert set(kinds) <= TRAP_KINDS, topic
+    assert len(kinds.get("near-miss", [])) >= 3, topic
+    for key in kinds.get("generic-word", []) + kinds.get("near-miss", []):
+        assert grades.get(key, 0) <= 1, (topic, key)
+    for kind in ("acronym", "vocabulary", "inflection"):
+        for key in kinds.get(kind, []):
+            assert grades.get(key, 0) >= 1, (topic, kind, key)
+    for key in kinds.get("upvoted-weak", []):
+        assert grades.get(key, 0) <= 1 and (by_key[key].upvotes or 0) >= 100, (topic, key)
+    for key in kinds.get("zero-upvote", []):
+        assert grades.get(key, 0) == 2 and not by_key[key].upvotes, (topic, key)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="print machine-readable results")

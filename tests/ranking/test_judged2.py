@@ -19,15 +19,6 @@ from tests.ranking import evaluate as ev
 DATA: dict[str, Any] = ev.judged_data()
 GRADES = ev.load_grades(DATA)
 TRAPS: dict[str, dict[str, list[str]]] = DATA["traps"]
-TRAP_KINDS = {
-    "generic-word",
-    "acronym",
-    "vocabulary",
-    "inflection",
-    "upvoted-weak",
-    "zero-upvote",
-    "near-miss",
-}
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +39,7 @@ def test_the_pool_holds_the_fixtures_and_the_written_papers(pool: list[Paper]) -
     assert len(pool) == 46 + len(written) >= 230
     assert len({p.key for p in pool}) == len({p.id for p in pool}) == len(pool)
     for p in written:
-        assert set(p) == {
-            "key",
-            "title",
-            "abstract",
-            "authors",
-            "categories",
-            "upvotes",
-            "comments",
-            "sources",
-        }, p["key"]
-        assert p["key"].startswith("2611.2") and p["title"].strip() and p["authors"], p["key"]
-        assert p["upvotes"] is None or p["upvotes"] >= 0, p["key"]
-        assert p["sources"] and all(
-            s in ("hf-daily",) or s.startswith("arxiv-") for s in p["sources"]
-        )
-        assert ("hf-daily" in p["sources"]) == (p["upvotes"] is not None), p["key"]
-        assert 80 <= len(p["abstract"].split()) <= 180, p["key"]
+        ev.check_written_paper(p, words=(80, 180))
 
 
 def test_every_topic_parses_and_is_judged() -> None:
@@ -79,30 +54,14 @@ def test_every_topic_parses_and_is_judged() -> None:
 
 
 def test_every_judged_key_is_in_the_pool(by_key: dict[str, Paper]) -> None:
-    for topic, grades in GRADES.items():
-        assert set(grades) <= set(by_key), (topic, set(grades) - set(by_key))
-        assert sum(g == 2 for g in grades.values()) >= 3, topic
-    for topic, kinds in TRAPS.items():
-        for kind, keys in kinds.items():
-            assert set(keys) <= set(by_key), (topic, kind, set(keys) - set(by_key))
+    ev.check_judged_keys_in_pool(GRADES, TRAPS, by_key, min_top=3)
 
 
 def test_every_topic_has_traps_consistent_with_their_grades(by_key: dict[str, Paper]) -> None:
     for topic, kinds in TRAPS.items():
-        grades = GRADES[topic]
-        assert set(kinds) <= TRAP_KINDS, topic
+        ev.check_traps(topic, kinds, GRADES[topic], by_key)
         assert {"generic-word", "zero-upvote"} <= set(kinds), topic
         assert {"acronym", "vocabulary"} & set(kinds), topic
-        assert len(kinds.get("near-miss", [])) >= 3, topic
-        for key in kinds.get("generic-word", []) + kinds.get("near-miss", []):
-            assert grades.get(key, 0) <= 1, (topic, key)
-        for kind in ("acronym", "vocabulary", "inflection"):
-            for key in kinds.get(kind, []):
-                assert grades.get(key, 0) >= 1, (topic, kind, key)
-        for key in kinds.get("upvoted-weak", []):
-            assert grades.get(key, 0) <= 1 and (by_key[key].upvotes or 0) >= 100, (topic, key)
-        for key in kinds.get("zero-upvote", []):
-            assert grades.get(key, 0) == 2 and not by_key[key].upvotes, (topic, key)
     assert sum("upvoted-weak" in kinds for kinds in TRAPS.values()) >= 8
 
 

@@ -22,15 +22,6 @@ SET = "judged3"
 DATA: dict[str, Any] = ev.judged_data(SET)
 GRADES = ev.load_grades(DATA, SET)
 TRAPS: dict[str, dict[str, list[str]]] = DATA["traps"]
-TRAP_KINDS = {
-    "generic-word",
-    "acronym",
-    "vocabulary",
-    "inflection",
-    "upvoted-weak",
-    "zero-upvote",
-    "near-miss",
-}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -72,23 +63,7 @@ def test_the_written_papers_follow_papers_yaml() -> None:
     numbers = [int(p["key"].split(".")[1]) for p in papers]
     assert numbers == list(range(earlier + 1, earlier + 1 + len(papers)))
     for p in papers:
-        assert set(p) == {
-            "key",
-            "title",
-            "abstract",
-            "authors",
-            "categories",
-            "upvotes",
-            "comments",
-            "sources",
-        }, p["key"]
-        assert p["key"].startswith("2611.2") and p["title"].strip() and p["authors"], p["key"]
-        assert p["upvotes"] is None or p["upvotes"] >= 0, p["key"]
-        assert p["sources"] and all(
-            s in ("hf-daily",) or s.startswith("arxiv-") for s in p["sources"]
-        )
-        assert ("hf-daily" in p["sources"]) == (p["upvotes"] is not None), p["key"]
-        assert 120 <= len(p["abstract"].split()) <= 200, p["key"]
+        ev.check_written_paper(p, words=(120, 200))
         assert not re.search(r"\w- \w", p["abstract"]), p["key"]  # no line broken at a hyphen
 
 
@@ -123,29 +98,12 @@ def test_every_topic_parses_is_new_and_is_written_like_an_operators() -> None:
 
 
 def test_every_judged_key_is_in_the_pool(by_key: dict[str, Paper]) -> None:
-    for topic, grades in GRADES.items():
-        assert set(grades) <= set(by_key), (topic, set(grades) - set(by_key))
-        assert sum(g == 2 for g in grades.values()) >= 4, topic
-    for topic, kinds in TRAPS.items():
-        for kind, keys in kinds.items():
-            assert set(keys) <= set(by_key), (topic, kind, set(keys) - set(by_key))
-            assert len(set(keys)) == len(keys), (topic, kind)
+    ev.check_judged_keys_in_pool(GRADES, TRAPS, by_key, min_top=4, distinct_traps=True)
 
 
 def test_every_topic_has_traps_consistent_with_their_grades(by_key: dict[str, Paper]) -> None:
     for topic, kinds in TRAPS.items():
-        grades = GRADES[topic]
-        assert set(kinds) <= TRAP_KINDS, topic
-        assert len(kinds.get("near-miss", [])) >= 3, topic
-        for key in kinds.get("generic-word", []) + kinds.get("near-miss", []):
-            assert grades.get(key, 0) <= 1, (topic, key)
-        for kind in ("acronym", "vocabulary", "inflection"):
-            for key in kinds.get(kind, []):
-                assert grades.get(key, 0) >= 1, (topic, kind, key)
-        for key in kinds.get("upvoted-weak", []):
-            assert grades.get(key, 0) <= 1 and (by_key[key].upvotes or 0) >= 100, (topic, key)
-        for key in kinds.get("zero-upvote", []):
-            assert grades.get(key, 0) == 2 and not by_key[key].upvotes, (topic, key)
+        ev.check_traps(topic, kinds, GRADES[topic], by_key)
 
 
 def test_at_least_four_topics_are_vocabulary_gaps() -> None:
