@@ -1,14 +1,23 @@
-"""Small helpers shared by the security tests: the subscribe form, the CLI."""
+"""Small helpers shared by the security tests: the subscribe form, the CLI, a first digest."""
 
 from __future__ import annotations
+
+from datetime import datetime
+from email.message import Message
 
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 from newsletter.cli import cli
+from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.ingest import run_fetch
+from newsletter.models import Subscriber
+from newsletter.store import Store
+from newsletter.store import tables as t
 from tests.conftest import SmtpServer
-from tests.web.conftest import csrf_of, link_to
+from tests.sends import run_send
+from tests.web.conftest import Clock, csrf_of, link_to
 
 
 def subscribe(client: TestClient, email: str, *topics: str) -> int:
@@ -31,3 +40,38 @@ def last_link(smtp: SmtpServer, email: str, kind: str) -> str:
 def newsletter(config: Config, *args: str) -> Result:
     """Run the real ``newsletter`` command with this config."""
     return CliRunner().invoke(cli, ["--config", str(config.path), *args], catch_exceptions=False)
+
+
+def send_first_digest(config: Config, store: Store, clock: Clock, email: str) -> Subscriber:
+    """Subscribe ``email`` to gpu-kernels, fetch and send its one digest; the subscriber."""
+    clock.t = utcnow()  # digests sign their links on the real clock
+    reader, _ = store.add_subscriber(email, topics=["gpu-kernels"], now=clock())
+    run_fetch(config, store, clock())
+    assert run_send(config, store, clock()).sent == 1
+    return reader
+
+
+def mailed_digest(smtp: SmtpServer, email: str) -> Message:
+    """The one digest (a mail with a List-Id) the SMTP server received for ``email``."""
+    [digest] = [m for m in smtp.messages_to(email) if m["List-Id"]]
+    return digest
+
+
+def give_id_to(store: Store, subscriber_id: int, email: str, now: datetime) -> None:
+    """Insert an active gpu-kernels subscriber under a given (an erased reader's) id, by hand."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            t.subscribers.insert().values(
+                id=subscriber_id,
+                email=email,
+                name="",
+                status="active",
+                timezone="UTC",
+                created=now,
+                status_changed=now,
+                permanent_failures=0,
+            )
+        )
+        conn.execute(
+            t.subscriptions.insert().values(subscriber_id=subscriber_id, topic="gpu-kernels")
+        )

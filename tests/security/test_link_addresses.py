@@ -17,16 +17,13 @@ from urllib.parse import unquote
 
 from fastapi.testclient import TestClient
 
-from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
-from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.models import SubscriberStatus
 from newsletter.store import Store
-from newsletter.store import tables as t
 from newsletter.subscribe import Choices, Outcome, Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
-from tests.sends import run_send
+from tests.security.helpers import give_id_to, mailed_digest, send_first_digest
 from tests.web.conftest import BASE, Clock
 
 ADDRESS = "Ada.Lovelace@example.org"
@@ -65,19 +62,6 @@ def token_links(text: str) -> list[str]:
     return [u for u in urls if any(u.startswith(f"{BASE}/{k}/") for k in KINDS)]
 
 
-def sent_digest(smtp: SmtpServer, address: str) -> Message:
-    [digest] = [m for m in smtp.messages_to(address) if m["List-Id"]]
-    return digest
-
-
-def send_to_ada(web_config: Config, web_store: Store, clock: Clock) -> Subscriber:
-    clock.t = utcnow()  # digests sign their links on the real clock
-    ada, _ = web_store.add_subscriber(ADDRESS, topics=["gpu-kernels"], now=clock())
-    run_fetch(web_config, web_store, clock())
-    assert run_send(web_config, web_store, clock()).sent == 1
-    return ada
-
-
 def test_no_link_of_a_sent_digest_or_a_subscription_mail_carries_the_address(
     client: TestClient,
     web_config: Config,
@@ -86,8 +70,8 @@ def test_no_link_of_a_sent_digest_or_a_subscription_mail_carries_the_address(
     smtp_server: SmtpServer,
     clock: Clock,
 ) -> None:
-    ada = send_to_ada(web_config, web_store, clock)
-    digest = sent_digest(smtp_server, ada.email)
+    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
+    digest = mailed_digest(smtp_server, ada.email)
     found = {kind: token_links(text) for kind, text in parts(digest).items()}
     assert set(found) == {"text/plain", "text/html"}
     for text in parts(digest).values():  # no URL at all names the reader
@@ -128,9 +112,9 @@ def test_links_that_carry_the_address_keep_working_until_they_expire(
     smtp_server: SmtpServer,
     clock: Clock,
 ) -> None:
-    ada = send_to_ada(web_config, web_store, clock)
+    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
     [day] = web_store.sent_edition_dates(5)
-    text = parts(sent_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
+    text = parts(mailed_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
     voted = next(u for u in token_links(text) if u.startswith(f"{BASE}/feedback/"))
     paper = json.loads(payload_of(voted))["p"]
     old = {"s": ada.id, "e": ada.email}
@@ -157,28 +141,15 @@ def test_a_link_bound_to_another_address_is_refused(
     smtp_server: SmtpServer,
     clock: Clock,
 ) -> None:
-    ada = send_to_ada(web_config, web_store, clock)
-    text = parts(sent_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
+    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
+    text = parts(mailed_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
     mailed = {
         kind: next(u for u in token_links(text) if u.startswith(f"{BASE}/{kind}/"))
         for kind in KINDS
     }
     assert service.forget(ada.email)
     # Ada's id given to Bob (ids are never reused today; this is what the binding guards).
-    with web_store.engine.begin() as conn:
-        conn.execute(
-            t.subscribers.insert().values(
-                id=ada.id,
-                email="bob@example.org",
-                name="",
-                status="active",
-                timezone="UTC",
-                created=clock(),
-                status_changed=clock(),
-                permanent_failures=0,
-            )
-        )
-        conn.execute(t.subscriptions.insert().values(subscriber_id=ada.id, topic="gpu-kernels"))
+    give_id_to(web_store, ada.id, "bob@example.org", clock())
     r = client.get(mailed["manage"].removeprefix(BASE))
     assert r.status_code == 400 and "bob@example.org" not in r.text
     r = client.get(mailed["feedback"].removeprefix(BASE))

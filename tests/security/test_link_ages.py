@@ -15,15 +15,13 @@ from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
-from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
 from newsletter.render import Renderer
 from newsletter.store import Store
 from tests import digests as D
 from tests.conftest import SmtpServer
-from tests.sends import run_send
+from tests.security.helpers import mailed_digest, send_first_digest
 from tests.web.conftest import BASE, Clock, body_text, csrf_of, link_to
 
 ADDRESS = "ada@example.org"
@@ -32,7 +30,7 @@ TOKEN_LINK = re.compile(r"/(manage|unsubscribe)/([A-Za-z0-9_\-.]+)")
 
 def digest_links(smtp: SmtpServer) -> dict[str, str]:
     """The paths of the mailed digest's manage, unsubscribe, view and first feedback links."""
-    [digest] = [m for m in smtp.messages_to(ADDRESS) if m["List-Id"]]
+    digest = mailed_digest(smtp, ADDRESS)
     return {
         kind: link_to(digest, kind)
         for kind in ("manage", "unsubscribe", "archive/view", "feedback")
@@ -42,10 +40,7 @@ def digest_links(smtp: SmtpServer) -> dict[str, str]:
 def send_digest(
     web_config: Config, web_store: Store, smtp: SmtpServer, clock: Clock
 ) -> dict[str, str]:
-    clock.t = utcnow()  # digests sign their links on the real clock
-    web_store.add_subscriber(ADDRESS, topics=["gpu-kernels"], now=clock())
-    run_fetch(web_config, web_store, clock())
-    assert run_send(web_config, web_store, clock()).sent == 1
+    send_first_digest(web_config, web_store, clock, ADDRESS)
     return digest_links(smtp)
 
 

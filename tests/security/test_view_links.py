@@ -13,19 +13,18 @@ from sqlalchemy import func, select, text
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
+from tests.security.helpers import give_id_to, mailed_digest, send_first_digest
 from tests.sends import papers_before_0014, run_send, sent_before_0011, subscriber_before_0012
 from tests.web.conftest import BASE, Clock, body_text
 
 
 def view_link(smtp: SmtpServer, email: str) -> str:
-    [digest] = [m for m in smtp.messages_to(email) if m["List-Id"]]
-    m = re.search(rf"{re.escape(BASE)}(/archive/view/\S+)", body_text(digest))
+    m = re.search(rf"{re.escape(BASE)}(/archive/view/\S+)", body_text(mailed_digest(smtp, email)))
     assert m, "no view-in-browser link in the digest"
     return m.group(1)
 
@@ -38,10 +37,7 @@ def test_an_erased_subscribers_view_link_never_shows_the_next_subscribers_digest
     smtp_server: SmtpServer,
     clock: Clock,
 ) -> None:
-    clock.t = utcnow()  # digests sign their links on the real clock
-    web_store.add_subscriber("ada@example.org", topics=["gpu-kernels"], now=clock())
-    run_fetch(web_config, web_store, clock())
-    assert run_send(web_config, web_store, clock()).sent == 1
+    send_first_digest(web_config, web_store, clock, "ada@example.org")
     old = view_link(smtp_server, "ada@example.org")
     assert client.get(old).status_code == 200
     ada = web_store.get_subscriber("ada@example.org")
@@ -66,10 +62,7 @@ def test_links_made_before_they_named_the_address_hold_only_for_their_subscriber
     smtp_server: SmtpServer,
     clock: Clock,
 ) -> None:
-    clock.t = utcnow()
-    web_store.add_subscriber("ada@example.org", topics=["gpu-kernels"], now=clock())
-    run_fetch(web_config, web_store, clock())
-    assert run_send(web_config, web_store, clock()).sent == 1
+    send_first_digest(web_config, web_store, clock, "ada@example.org")
     [day] = web_store.sent_edition_dates(5)
     ada = web_store.get_subscriber("ada@example.org")
     assert ada is not None
@@ -78,20 +71,7 @@ def test_links_made_before_they_named_the_address_hold_only_for_their_subscriber
     assert service.forget("ada@example.org")
 
     clock.advance(seconds=2)  # before migration 0006, SQLite gave the next one Ada's id
-    with web_store.engine.begin() as conn:
-        conn.execute(
-            t.subscribers.insert().values(
-                id=ada.id,
-                email="bob@example.org",
-                name="",
-                status="active",
-                timezone="UTC",
-                created=clock(),
-                status_changed=clock(),
-                permanent_failures=0,
-            )
-        )
-        conn.execute(t.subscriptions.insert().values(subscriber_id=ada.id, topic="gpu-kernels"))
+    give_id_to(web_store, ada.id, "bob@example.org", clock())
     assert run_send(web_config, web_store, clock()).sent == 1
     assert client.get(f"/archive/view/{legacy}").status_code == 404
     bobs = service.tokens.make(Purpose.VIEW, {"s": ada.id, "d": day.isoformat()})
