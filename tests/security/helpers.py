@@ -7,6 +7,7 @@ from email.message import Message
 
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
+from httpx import Response
 
 from newsletter.cli import cli
 from newsletter.clock import utcnow
@@ -18,6 +19,9 @@ from newsletter.store import tables as t
 from tests.conftest import SmtpServer
 from tests.sends import run_send
 from tests.web.conftest import Clock, csrf_of, link_to
+
+ADA = "ada@example.org"
+DIGEST_LINK_KINDS = ("manage", "unsubscribe", "archive/view", "feedback")
 
 
 def subscribe(client: TestClient, email: str, *topics: str) -> int:
@@ -55,6 +59,30 @@ def mailed_digest(smtp: SmtpServer, email: str) -> Message:
     """The one digest (a mail with a List-Id) the SMTP server received for ``email``."""
     [digest] = [m for m in smtp.messages_to(email) if m["List-Id"]]
     return digest
+
+
+def digest_links(smtp: SmtpServer, email: str) -> dict[str, str]:
+    """The paths of the mailed digest's manage, unsubscribe, view and first feedback links."""
+    digest = mailed_digest(smtp, email)
+    return {kind: link_to(digest, kind) for kind in DIGEST_LINK_KINDS}
+
+
+def open_feedback_pages(client: TestClient, url: str) -> tuple[Response, Response, Response]:
+    """Open a mailed feedback link, vote on it and undo the vote: the three pages, each a 200."""
+    feedback = client.get(url)
+    assert feedback.status_code == 200 and "More papers like this?" in feedback.text
+    done = client.post(url, data={"csrf": csrf_of(feedback.text)})
+    assert done.status_code == 200
+    undone = client.post(url, data={"csrf": csrf_of(done.text), "undo": "1"})
+    assert undone.status_code == 200
+    return feedback, done, undone
+
+
+def open_view_page(client: TestClient, url: str) -> Response:
+    """Open a mailed "view in browser" link: the digest's page, a 200."""
+    view = client.get(url)
+    assert view.status_code == 200 and "CUDA-L1" in view.text
+    return view
 
 
 def give_id_to(store: Store, subscriber_id: int, email: str, now: datetime) -> None:

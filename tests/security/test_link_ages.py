@@ -15,33 +15,16 @@ from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
-from newsletter.config import Config
 from newsletter.models import SubscriberStatus
 from newsletter.render import Renderer
 from newsletter.store import Store
 from tests import digests as D
 from tests.conftest import SmtpServer
-from tests.security.helpers import mailed_digest, send_first_digest
+from tests.security.helpers import ADA as ADDRESS
+from tests.security.helpers import open_feedback_pages, open_view_page
 from tests.web.conftest import BASE, Clock, body_text, csrf_of, link_to
 
-ADDRESS = "ada@example.org"
 TOKEN_LINK = re.compile(r"/(manage|unsubscribe)/([A-Za-z0-9_\-.]+)")
-
-
-def digest_links(smtp: SmtpServer) -> dict[str, str]:
-    """The paths of the mailed digest's manage, unsubscribe, view and first feedback links."""
-    digest = mailed_digest(smtp, ADDRESS)
-    return {
-        kind: link_to(digest, kind)
-        for kind in ("manage", "unsubscribe", "archive/view", "feedback")
-    }
-
-
-def send_digest(
-    web_config: Config, web_store: Store, smtp: SmtpServer, clock: Clock
-) -> dict[str, str]:
-    send_first_digest(web_config, web_store, clock, ADDRESS)
-    return digest_links(smtp)
 
 
 def usable_manage_links(client: TestClient, html: str) -> list[str]:
@@ -57,29 +40,22 @@ def assert_hands_out_nothing(client: TestClient, html: str) -> None:
 
 def test_old_feedback_and_view_links_open_pages_without_manage_links(
     client: TestClient,
-    web_config: Config,
-    web_store: Store,
     smtp_server: SmtpServer,
     clock: Clock,
+    mailed: dict[str, str],
 ) -> None:
-    mailed = send_digest(web_config, web_store, smtp_server, clock)
     clock.advance(days=200)
     # The mail's own manage link is too old...
     assert "has expired" in client.get(mailed["manage"]).text
     # ... and neither the feedback pages nor the view page make a new one.
-    feedback = client.get(mailed["feedback"])
-    assert feedback.status_code == 200 and "More papers like this?" in feedback.text
+    feedback, done, undone = open_feedback_pages(client, mailed["feedback"])
     assert_hands_out_nothing(client, feedback.text)
     assert f'action="{mailed["feedback"]}/links"' in feedback.text
-    done = client.post(mailed["feedback"], data={"csrf": csrf_of(feedback.text)})
-    assert done.status_code == 200 and "Thanks, noted" in done.text
+    assert "Thanks, noted" in done.text
     assert_hands_out_nothing(client, done.text)
-    undone = client.post(mailed["feedback"], data={"csrf": csrf_of(done.text), "undo": "1"})
-    assert undone.status_code == 200
     assert_hands_out_nothing(client, undone.text)
 
-    view = client.get(mailed["archive/view"])
-    assert view.status_code == 200 and "CUDA-L1" in view.text
+    view = open_view_page(client, mailed["archive/view"])
     assert_hands_out_nothing(client, view.text)
     ask = f"{BASE}{mailed['archive/view']}/links"
     assert ask in view.text  # where "manage" and "unsubscribe" lead instead
@@ -112,12 +88,11 @@ def test_old_feedback_and_view_links_open_pages_without_manage_links(
 
 def test_pages_hand_out_links_as_old_as_the_link_that_opened_them(
     client: TestClient,
-    web_config: Config,
     web_store: Store,
     smtp_server: SmtpServer,
     clock: Clock,
+    mailed: dict[str, str],
 ) -> None:
-    mailed = send_digest(web_config, web_store, smtp_server, clock)
     clock.advance(days=1)  # a fresh link works as designed: the page links to the manage page
     feedback = client.get(mailed["feedback"])
     [manage] = usable_manage_links(client, feedback.text)
@@ -144,12 +119,10 @@ def test_pages_hand_out_links_as_old_as_the_link_that_opened_them(
 
 def test_feedback_links_in_an_old_view_page_expire_with_the_view_link(
     client: TestClient,
-    web_config: Config,
-    web_store: Store,
     smtp_server: SmtpServer,
     clock: Clock,
+    mailed: dict[str, str],
 ) -> None:
-    mailed = send_digest(web_config, web_store, smtp_server, clock)
     clock.advance(days=364)
     view = client.get(mailed["archive/view"])
     votes = re.findall(r"/feedback/[A-Za-z0-9_\-.]+", view.text)
@@ -160,10 +133,9 @@ def test_feedback_links_in_an_old_view_page_expire_with_the_view_link(
 
 
 def test_a_subscription_mail_still_opens_the_manage_page(
-    client: TestClient, web_config: Config, web_store: Store, smtp_server: SmtpServer, clock: Clock
+    client: TestClient, smtp_server: SmtpServer, clock: Clock, mailed: dict[str, str]
 ) -> None:
     """The "your subscription" mail is signed when it is sent: its links last their full age."""
-    mailed = send_digest(web_config, web_store, smtp_server, clock)
     clock.advance(days=200)
     form = client.get(f"{mailed['archive/view']}/links")
     client.post(f"{mailed['archive/view']}/links", data={"csrf": csrf_of(form.text)})
