@@ -15,10 +15,11 @@ import re
 from email.message import Message
 from urllib.parse import unquote
 
+import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.models import SubscriberStatus
+from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.store import Store
 from newsletter.subscribe import Choices, Outcome, Subscriptions
 from newsletter.tokens import Purpose
@@ -62,15 +63,24 @@ def token_links(text: str) -> list[str]:
     return [u for u in urls if any(u.startswith(f"{BASE}/{k}/") for k in KINDS)]
 
 
+def html_links(smtp: SmtpServer, address: str) -> dict[str, str]:
+    """The first link of each kind in the digest's HTML part (which has per-paper feedback links)."""
+    text = parts(mailed_digest(smtp, address))["text/html"]
+    return {
+        kind: next(u for u in token_links(text) if u.startswith(f"{BASE}/{kind}/"))
+        for kind in KINDS
+    }
+
+
+@pytest.fixture
+def ada(web_config: Config, web_store: Store, clock: Clock) -> Subscriber:
+    """Ada, subscribed, and her one digest sent through the SMTP server."""
+    return send_first_digest(web_config, web_store, clock, ADDRESS)
+
+
 def test_no_link_of_a_sent_digest_or_a_subscription_mail_carries_the_address(
-    client: TestClient,
-    web_config: Config,
-    web_store: Store,
-    service: Subscriptions,
-    smtp_server: SmtpServer,
-    clock: Clock,
+    client: TestClient, service: Subscriptions, smtp_server: SmtpServer, ada: Subscriber
 ) -> None:
-    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
     digest = mailed_digest(smtp_server, ada.email)
     found = {kind: token_links(text) for kind, text in parts(digest).items()}
     assert set(found) == {"text/plain", "text/html"}
@@ -106,16 +116,13 @@ def test_no_link_of_a_sent_digest_or_a_subscription_mail_carries_the_address(
 
 def test_links_that_carry_the_address_keep_working_until_they_expire(
     client: TestClient,
-    web_config: Config,
     web_store: Store,
     service: Subscriptions,
     smtp_server: SmtpServer,
-    clock: Clock,
+    ada: Subscriber,
 ) -> None:
-    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
     [day] = web_store.sent_edition_dates(5)
-    text = parts(mailed_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
-    voted = next(u for u in token_links(text) if u.startswith(f"{BASE}/feedback/"))
+    voted = html_links(smtp_server, ada.email)["feedback"]
     paper = json.loads(payload_of(voted))["p"]
     old = {"s": ada.id, "e": ada.email}
     tokens = service.tokens
@@ -135,18 +142,13 @@ def test_links_that_carry_the_address_keep_working_until_they_expire(
 
 def test_a_link_bound_to_another_address_is_refused(
     client: TestClient,
-    web_config: Config,
     web_store: Store,
     service: Subscriptions,
     smtp_server: SmtpServer,
     clock: Clock,
+    ada: Subscriber,
 ) -> None:
-    ada = send_first_digest(web_config, web_store, clock, ADDRESS)
-    text = parts(mailed_digest(smtp_server, ada.email))["text/html"]  # per-paper feedback links
-    mailed = {
-        kind: next(u for u in token_links(text) if u.startswith(f"{BASE}/{kind}/"))
-        for kind in KINDS
-    }
+    mailed = html_links(smtp_server, ada.email)
     assert service.forget(ada.email)
     # Ada's id given to Bob (ids are never reused today; this is what the binding guards).
     give_id_to(web_store, ada.id, "bob@example.org", clock())
