@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from newsletter.config import Config
 from newsletter.ingest import run_fetch
@@ -20,6 +20,16 @@ def _hf(file: str) -> dict[str, str]:
     return {"name": "hf", "kind": "hf_daily", "url": str(FEEDS / file)}
 
 
+def _fetch_hf(
+    db_url: str, make_config: Callable[..., Config], store: Store, edition: str, now: datetime
+) -> None:
+    """Fetch the Hugging Face Daily Papers file of 2026-11-17's ``edition`` (morning, evening)."""
+    config = make_config(
+        base_config(db_url, sources=[_hf(f"hf-daily-papers-2026-11-17-{edition}.json")])
+    )
+    run_fetch(config, store, now)
+
+
 def test_stars_are_parsed_only_with_a_repository() -> None:
     body = (FEEDS / "hf-daily-papers-2026-11-17-morning.json").read_bytes()
     papers = {p.key: p for p in hf_daily.parse(body, "https://example.org").papers}
@@ -33,18 +43,10 @@ def test_stars_are_parsed_only_with_a_repository() -> None:
 def test_stars_are_stored_and_follow_the_source(
     db_url: str, make_config: Callable[..., Config], store: Store
 ) -> None:
-    run_fetch(
-        make_config(base_config(db_url, sources=[_hf("hf-daily-papers-2026-11-17-morning.json")])),
-        store,
-        MONDAY,
-    )
+    _fetch_hf(db_url, make_config, store, "morning", MONDAY)
     assert store.papers_by_keys(["2611.00017"])["2611.00017"].code_stars == 332
     later = MONDAY + timedelta(hours=12)
-    run_fetch(
-        make_config(base_config(db_url, sources=[_hf("hf-daily-papers-2026-11-17-evening.json")])),
-        store,
-        later,
-    )
+    _fetch_hf(db_url, make_config, store, "evening", later)
     stored = store.papers_by_keys(["2611.00017", "2611.00004"])
     assert stored["2611.00017"].code_stars == 468
     assert stored["2611.00004"].code_stars is None
@@ -53,11 +55,7 @@ def test_stars_are_stored_and_follow_the_source(
 def test_the_digest_shows_stored_stars(
     db_url: str, make_config: Callable[..., Config], store: Store
 ) -> None:
-    run_fetch(
-        make_config(base_config(db_url, sources=[_hf("hf-daily-papers-2026-11-17-morning.json")])),
-        store,
-        MONDAY,
-    )
+    _fetch_hf(db_url, make_config, store, "morning", MONDAY)
     paper = store.papers_by_keys(["2611.10044"])["2611.10044"]
     html = (
         Renderer(D.settings())
