@@ -11,6 +11,7 @@ reply: RFC 1047's window.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -212,3 +213,18 @@ def fault_server(
     finally:
         controller.stop()
         asyncio.set_event_loop(None)
+
+
+@contextmanager
+def serving(server: socket.socket, serve: Callable[[threading.Event], None]) -> Iterator[int]:
+    """Run ``serve(done)`` in a thread while the block lasts (``done`` is set at its end); yields
+    the listening ``server``'s port, and closes it once the thread is done."""
+    done = threading.Event()
+    thread = threading.Thread(target=serve, args=(done,), daemon=True)
+    thread.start()
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        done.set()
+        thread.join()
+        server.close()

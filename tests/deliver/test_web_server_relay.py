@@ -15,6 +15,7 @@ import pytest
 from newsletter.config import SmtpSettings
 from newsletter.deliver.smtp import GREETING_PATIENCE, SmtpMailer
 from newsletter.errors import RelayError
+from tests.smtpfaults import serving
 
 
 class _Quiet(BaseHTTPRequestHandler):
@@ -43,10 +44,9 @@ def _listener(greet: bytes, delay: float) -> Iterator[int]:
     """A server that sends ``greet`` ``delay`` seconds after each connection; yields its port."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.1)
-    done = threading.Event()
     held: list[tuple[socket.socket, float]] = []
 
-    def serve() -> None:
+    def serve(done: threading.Event) -> None:
         while not done.is_set():
             try:
                 conn, _ = server.accept()
@@ -59,16 +59,12 @@ def _listener(greet: bytes, delay: float) -> Iterator[int]:
                     with suppress(OSError):
                         conn.sendall(greet)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
     try:
-        yield int(server.getsockname()[1])
+        with serving(server, serve) as port:
+            yield port
     finally:
-        done.set()
-        thread.join()
         for conn, _ in held:
             conn.close()
-        server.close()
 
 
 def test_a_silent_web_server_is_named_as_one(web_server: int) -> None:

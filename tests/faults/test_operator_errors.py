@@ -23,6 +23,7 @@ from newsletter.errors import ExitStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from tests.conftest import PG_URL, base_config, pg_unavailable, write_config
+from tests.smtpfaults import serving
 
 SECRET = "an-operator-test-key-0123456789-abcdefghijkl"
 
@@ -237,9 +238,8 @@ def http_relay() -> Iterator[int]:
     server.bind(("127.0.0.1", 0))
     server.listen()
     server.settimeout(0.2)
-    done = threading.Event()
 
-    def answer() -> None:
+    def answer(done: threading.Event) -> None:
         while not done.is_set():
             try:
                 conn, _ = server.accept()
@@ -248,14 +248,8 @@ def http_relay() -> Iterator[int]:
             with conn:
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 
-    thread = threading.Thread(target=answer, daemon=True)
-    thread.start()
-    try:
-        yield int(server.getsockname()[1])
-    finally:
-        done.set()
-        thread.join()
-        server.close()
+    with serving(server, answer) as port:
+        yield port
 
 
 @pytest.mark.timeout(100)
