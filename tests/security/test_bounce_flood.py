@@ -25,7 +25,7 @@ from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import NOW, SmtpServer, write_config
-from tests.security.test_bounce_oracle import BOUNCES, dsn
+from tests.security.test_bounce_oracle import BOUNCES, dsn, mail
 from tests.web.conftest import Clock, web_settings
 
 
@@ -49,15 +49,11 @@ def serve(config: Config, store: Store) -> InboundServer:
 
 
 def send(server: InboundServer, data: bytes) -> tuple[int, bytes]:
-    settings = server.settings
-    with smtplib.SMTP(settings.host, settings.port) as conn:
-        conn.ehlo()
-        conn.mail("<>")
-        conn.rcpt(BOUNCES)
-        try:
-            return conn.data(data)
-        except smtplib.SMTPDataError as e:
-            return e.smtp_code, e.smtp_error
+    """Hand one message to the bounce address; the server's reply to DATA, refusals included."""
+    try:
+        return mail(server, data)
+    except smtplib.SMTPDataError as e:
+        return e.smtp_code, e.smtp_error
 
 
 def stored(store: Store, addresses: list[str]) -> dict[str, int]:
