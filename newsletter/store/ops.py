@@ -49,7 +49,6 @@ def _edition(r: Any) -> EditionRecord:
     )
 
 
-
 _PG_STATUSES = text(
     # Each reader's rows by the (subscriber_id, edition_date) key, a nested loop over the ids:
     # as "subscriber_id IN (...) AND edition_date IN (...)" PostgreSQL without statistics took
@@ -61,6 +60,7 @@ _PG_STATUSES = text(
     "JOIN LATERAL (SELECT subscriber_id, edition_date, status FROM editions "
     "WHERE subscriber_id = u.sid AND edition_date = ANY(:dates) OFFSET 0) AS e ON true"
 ).bindparams(bindparam("ids", type_=ARRAY(Integer)), bindparam("dates", type_=ARRAY(Date)))
+
 
 class OpsStore(StoreBase):
     """Forced re-sends, edition statuses, settlement and the ops dashboard snapshot."""
