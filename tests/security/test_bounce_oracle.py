@@ -65,14 +65,6 @@ def config(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Config:
 
 
 @pytest.fixture
-def store(config: Config) -> Iterator[Store]:
-    s = Store(config.database_url)
-    s.upgrade()
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def inbound(config: Config, store: Store) -> Iterator[InboundServer]:
     service = Subscriptions(config, store, None, Clock())
     with InboundServer(service, config.settings.inbound) as server:
