@@ -1242,12 +1242,9 @@ class Ranker:
         total, more_part = found
         scale = self._scale[topic_name]
         rel = self._relevance[i] + scale * total * self._passes[i]
-        rel[rel < self.topics[topic_name].min_score - 1e-9] = 0.0
-        best = float(rel.max()) if rel.size else 0.0
-        if best <= 0:
+        score = self._reader_scores(rel, self.topics[topic_name])
+        if score is None:
             return
-        rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
-        score = np.round(rel * self.index.boost, 6)
         papers_t = self.index.papers
         lexical = self._lexical[i]
         for j in self._best_first(score):
@@ -1260,6 +1257,18 @@ class Ranker:
                         like = f"like: {_short(self.space.titles[key])}"
                         reason = f"{like} · {reason}" if reason else like
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _reader_scores(self, rel: FloatArray, topic: TopicSettings) -> FloatArray | None:
+        """A reader's relevance row (changed in place) as scores: ``min_score``, the relative
+        cut against the reader's own best, then trending and age, as the shared lists have
+        them; None when nothing is left."""
+        rel[rel < topic.min_score - 1e-9] = 0.0
+        best = float(rel.max()) if rel.size else 0.0
+        if best <= 0:
+            return None
+        rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
+        scores: FloatArray = np.round(rel * self.index.boost, 6)
+        return scores
 
     def _reader_meaning(
         self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
@@ -1282,13 +1291,9 @@ class Ranker:
         words = self.space.rocchio(more, less) if self.space is not None else None
         profile = np.maximum(words[0], 0.0) if words is not None else 0.0
         part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
-        rel = (lexical + part) * admitted
-        rel[rel < topic.min_score - 1e-9] = 0.0
-        best = float(rel.max()) if rel.size else 0.0
-        if best <= 0:
+        score = self._reader_scores((lexical + part) * admitted, topic)
+        if score is None:
             return
-        rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
-        score = np.round(rel * self.index.boost, 6)
         papers_t = self.index.papers
         voted = self._scale[topic_name] * (ev.part + profile) * admitted  # the votes' share
         for j in self._best_first(score):
