@@ -12,7 +12,6 @@ from bench import summary
 from tests.ranking import hybrid
 from tests.ranking.evaluate import evaluate, table
 from tests.ranking.simulate import simulate
-from tests.ranking.simulate import table as sim_table
 
 BEFORE = {"ndcg10": 0.749, "p10": 0.80, "p10_strict": 0.63, "off5": 7}
 """The ranker before issue 17 (commit 403a7b1) on the same set, measured 2026-11-25."""
@@ -122,9 +121,7 @@ tests.ranking.simulate`).
 | with the reader's votes (Rocchio profile) | {with_votes:.3f} |
 | gain | **{with_votes - without:+.3f}** |
 
-```
-{sim_table(rows)}
-```
+Per topic: `python -m tests.ranking.simulate`.
 
 {summary("nDCG@10 on the judged set, plain BM25 in the same run", f"{mine['ndcg10']:.3f} (BM25 {bm25['ndcg10']:.3f})", None)}
 {summary("nDCG@10 gain from a reader's votes, day two", f"{with_votes - without:+.3f}", None)}
