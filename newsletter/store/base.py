@@ -50,7 +50,7 @@ _REVISION_LINE = re.compile(
 @functools.cache
 def migrations_head() -> str | None:
     """The head of the migration chain in :data:`MIGRATIONS`, read from the files' ``revision``
-    and ``down_revision`` lines without loading Alembic (``tests/test_store.py`` checks it
+    and ``down_revision`` lines without loading Alembic (``tests/store/test_store.py`` checks it
     against Alembic's own answer); Alembic decides when the chain has branches."""
     revisions: set[str] = set()
     parents: set[str] = set()

@@ -9,7 +9,7 @@ failure) is written once as a function of an open connection, used both by its p
 transaction), next to the driver-level fast paths for the usual batches, which must leave the
 same rows; the claims, which take over the rows those writes leave, are the rest. Split, a
 write and the batch that repeats it would sit in different modules; what keeps them equal is
-``tests/test_ledger_contract.py``, which requires the same rows from every way."""
+``tests/store/test_ledger_contract.py``, which requires the same rows from every way."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class LedgerStore(StoreBase):
         batch (every other connection plans each execution, see ``_postgres_session``). Bitmap
         scans are off too: with them, a generic plan combined the primary key with the whole
         ``(edition_date, status)`` index, read once per group commit (a million index entries
-        for a 2,000-digest send, ``tests/test_store_scans.py``)."""
+        for a 2,000-digest send, ``tests/store/test_scans.py``)."""
         if self.dialect != "postgresql":
             return None
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")

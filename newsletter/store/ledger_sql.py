@@ -8,7 +8,7 @@ A delivered edition's papers go into its own row (``editions.paper_ids``, see
 database: ``executemany`` of a tiny UPDATE is its cheapest form, and SQLite has no arrays) and
 as one array statement for psycopg (one round trip per group commit). One SQL text for both
 drivers would force PostgreSQL back to a statement per row or SQLite onto ``json_each`` joins;
-``tests/test_ledger_contract.py`` instead runs every variant of each transition on both
+``tests/store/test_ledger_contract.py`` instead runs every variant of each transition on both
 databases and requires identical rows."""
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ _PG_STATUSES = text(
     # Each reader's rows by the (subscriber_id, edition_date) key, a nested loop over the ids:
     # as "subscriber_id IN (...) AND edition_date IN (...)" PostgreSQL without statistics took
     # the (edition_date, status) index and read every edition of the day so far, per batch of
-    # readers (tests/test_store_scans.py: 4,000 to 19,000 entries for a 2,000-reader send, by
+    # readers (tests/store/test_scans.py: 4,000 to 19,000 entries for a 2,000-reader send, by
     # how far the senders had got). ``OFFSET 0`` keeps the subquery from being flattened.
     "SELECT e.subscriber_id, e.edition_date, e.status "
     "FROM unnest(CAST(:ids AS integer[])) AS u(sid) "

@@ -3,7 +3,7 @@
 New code depends on these, not on :class:`~newsletter.store.db.Store`: a function that plans a
 send takes a :class:`SendStore`, a page that shows bounces a :class:`Bounces`, and a test may
 hand it anything with those methods. :class:`StoreProtocol` is all of them; the concrete
-``Store`` satisfies it (checked by mypy below and by ``tests/test_store_protocol.py``, which
+``Store`` satisfies it (checked by mypy below and by ``tests/store/test_protocol.py``, which
 also checks that every public method of ``Store`` is named here, with the same signature).
 
 Each protocol mirrors one mixin of the Store (:mod:`.papers`, :mod:`.subscribers`, …); the

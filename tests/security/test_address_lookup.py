@@ -4,7 +4,7 @@ is looked up through an index (``subscribers.email_key``, migration 0012). With
 1,000 of them against 200,000 subscribers held SQLite for 35 s.
 
 SQLite: the plan of every statement the lookup runs searches an index. PostgreSQL: the server's
-own counters, as ``tests/test_store_scans.py`` reads them: no sequential scan of ``subscribers``,
+own counters, as ``tests/store/test_scans.py`` reads them: no sequential scan of ``subscribers``,
 one ``email_key`` index scan per lookup that gets that far.
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy import event
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import NOW
-from tests.test_store_scans import _index_scans, _settled
+from tests.store.test_scans import _index_scans, _settled
 
 SUBSCRIBERS = 20_000
 LOOKUPS = 50

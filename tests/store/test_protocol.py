@@ -115,7 +115,7 @@ def test_store_satisfies_the_protocols_for_mypy(tmp_path: Path) -> None:
         "        return 0\n\n\n"
         "c: SendStore = Fake()\n"
     )
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parent.parent.parent)
     out, err, status = mypy.run(["--strict", "--config-file", f"{root}/pyproject.toml", str(good)])
     assert status == 0, out + err
     out, _, status = mypy.run(["--strict", "--config-file", f"{root}/pyproject.toml", str(bad)])
