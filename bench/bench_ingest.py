@@ -119,7 +119,7 @@ def measure_upsert(body: bytes, tmp: Path) -> tuple[float, float]:
     from newsletter.ingest import decide
     from newsletter.sources import arxiv_rss
     from newsletter.store import tables as t
-    from newsletter.store.db import _paper_row
+    from newsletter.store.papers import _paper_row
 
     papers = arxiv_rss.parse(body, "bench").papers
     writes = decide(papers, {}, source="listing")

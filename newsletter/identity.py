@@ -1,13 +1,19 @@
-"""Source-independent paper identity.
+"""Source-independent paper identity, and the hash that says whether a paper's content changed.
 
 arXiv papers key on the identifier without its version (``2411.01234``, ``hep-th/9901001``);
 other items on their DOI (``doi:10.1234/abc``), else on their normalized link (``url:...``).
+:func:`content_hash` is what ingest compares to decide whether an update to a stored paper's
+metadata matters (and what the store keeps with each paper).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from newsletter.models import Paper, PaperData
 
 # arXiv's own DOIs (10.48550/arXiv.2411.01234) name the same paper.
 # New style (0704 onwards): YYMM.NNNN or YYMM.NNNNN; old style: archive(.SUBJ)/YYMMNNN.
@@ -113,3 +119,20 @@ def arxiv_id_of(text: str) -> str | None:
         return None
     found = parse_arxiv_id(text)
     return found[0] if found else None
+
+
+def content_hash(p: PaperData | Paper) -> str:
+    """What decides whether an update to a paper's metadata matters."""
+    blob = json.dumps(
+        [
+            p.title,
+            p.abstract,
+            list(p.authors),
+            sorted(p.categories),
+            p.version,
+            p.pdf_url,
+            p.code_url,
+        ],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()

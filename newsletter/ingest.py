@@ -14,12 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from newsletter.config import Config, SourceSettings
+from newsletter.identity import content_hash
 from newsletter.models import Paper, PaperData, PaperWrite, SourceState
 from newsletter.sources import PARSERS, arxiv_api
 from newsletter.sources.base import ParseResult, Skipped, clean_result
 from newsletter.sources.fetch import Fetcher, FetchError
 from newsletter.store import Store
-from newsletter.store.db import content_hash
 from newsletter.text import strip_controls
 
 log = logging.getLogger(__name__)

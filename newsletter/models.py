@@ -230,7 +230,7 @@ class EditionStatus(StrEnum):
 
 # ---------------------------------------------------------------- store records
 # What the Store reads and writes besides the domain types above: paper writes, ledger claims
-# and operations, editions, source states and runs (re-exported by newsletter.store.records).
+# and operations, editions, source states and runs (re-exported by newsletter.store.db).
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ modules import from here. Where each domain lives:
 - :mod:`.base`: the engine, connection retries, errors as :class:`StoreError`, migrations;
 - :mod:`.guard`: every public method's database errors raised as :class:`StoreError`;
 - :mod:`newsletter.models`: the record types (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, …),
-  re-exported here and by :mod:`.records` for older imports;
+  re-exported here for older imports;
 - :mod:`.papers`: papers, their sources and signals, votes;
 - :mod:`.subscribers`: subscribers, topics, forgotten addresses, imports;
 - :mod:`.consent`: confirmation, preferences, unsubscribing, rate limits;
@@ -44,8 +44,6 @@ from newsletter.store.ops import OpsStore
 from newsletter.store.papers import (
     VELOCITY_WINDOW,
     PaperStore,
-    _paper_row,
-    content_hash,
     upvote_velocity,
 )
 from newsletter.store.runs import RunStore
@@ -65,8 +63,6 @@ __all__ = [
     "SourceState",
     "Store",
     "StoreErrors",
-    "_paper_row",
-    "content_hash",
     "database_error",
     "normalize_url",
     "safe_url",

@@ -3,8 +3,6 @@ ranking, the archive and feedback, and subscribers' votes on them (a mixin of th
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -26,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError as _SAError
 from newsletter.errors import (
     StoreError,
 )
+from newsletter.identity import content_hash
 from newsletter.models import (
     Paper,
     PaperData,
@@ -35,23 +34,6 @@ from newsletter.models import (
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase, _by_key
 from newsletter.store.tables import parse_paper_list
-
-
-def content_hash(p: PaperData | Paper) -> str:
-    """What decides whether an update to a paper's metadata matters."""
-    blob = json.dumps(
-        [
-            p.title,
-            p.abstract,
-            list(p.authors),
-            sorted(p.categories),
-            p.version,
-            p.pdf_url,
-            p.code_url,
-        ],
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _paper_row(d: PaperData) -> dict[str, Any]:
