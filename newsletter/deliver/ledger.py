@@ -3,7 +3,9 @@
 :func:`run_owner` names a run in the ledger (``host:pid:process.run``) and :func:`owner_gone`
 tells whether such a run's process is gone, so its claims may be taken over at once.
 :class:`LedgerWriter` applies the senders' ledger writes on one thread, as many per
-transaction as are waiting (group commit), with the ordering guarantees :mod:`.pool` relies on.
+transaction as are waiting (group commit), with the ordering guarantees :mod:`.pool` relies on,
+through the store's :class:`~newsletter.store.protocol.LedgerSession` (on the SQL store, the
+fastest statements each database has, on connections of the session's own).
 """
 
 from __future__ import annotations
@@ -18,10 +20,8 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import Connection
-
 from newsletter.models import LedgerOp
-from newsletter.store.protocol import SendStore
+from newsletter.store.protocol import LedgerSession, SendStore
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ class LedgerWriter:
         self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
         self.failed: BaseException | None = None
         """The error of a posted write nobody waited for; raised by the next call."""
-        self._conn: Connection | None = None
-        self._fast: Connection | None = None
+        self._session: LedgerSession = store.ledger_session()
+        """Used on the writer thread only (the SQL store's opens its connections there)."""
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
@@ -145,23 +145,9 @@ class LedgerWriter:
 
     def _run(self) -> None:
         try:
-            self._loop()
+            self._loop(self._session)
         finally:
-            for conn in (self._conn, self._fast):
-                if conn is not None:
-                    conn.close()
-
-    def _autocommit(self) -> Connection | None:
-        """PostgreSQL: a second, autocommit connection for one-statement group commits."""
-        if self._fast is None:
-            self._fast = self.store.ledger_connection()
-        return self._fast
-
-    def _connection(self) -> Connection:
-        """The writer's own connection, opened on first use and again after a failure."""
-        if self._conn is None:
-            self._conn = self.store.writer_connection()
-        return self._conn
+            self._session.close()
 
     def _linger(self, batch: list[PendingWrite]) -> bool:
         """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
@@ -185,7 +171,7 @@ class LedgerWriter:
             waiting += not nxt.posted
         return False
 
-    def _loop(self) -> None:
+    def _loop(self, session: LedgerSession) -> None:
         stopping = False
         while not stopping:
             first = self._queue.get()
@@ -204,18 +190,8 @@ class LedgerWriter:
             if not stopping and self.linger > 0:
                 stopping = self._linger(batch)
             try:
-                ops, now = [p.op for p in batch], self.clock()
-                fast = self._autocommit()
-                results = (
-                    self.store.apply_ledger_at_once(ops, now, fast) if fast is not None else None
-                )
-                if results is None:
-                    results = self.store.apply_ledger(ops, now, conn=self._connection())
+                results = session.apply([p.op for p in batch], self.clock())
             except BaseException as e:  # every waiting sender sees the error
-                for conn in (self._conn, self._fast):  # maybe broken: the next batch reopens
-                    if conn is not None:
-                        conn.close()
-                self._conn = self._fast = None
                 for p in batch:
                     p.error = e
                 if any(p.posted for p in batch):

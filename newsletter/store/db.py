@@ -19,6 +19,8 @@ modules import from here. Where each domain lives:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from newsletter.models import (
     EditionClaim,
     EditionRecord,
@@ -86,8 +88,18 @@ class Store(
     """All persistence. Construct with a SQLAlchemy URL; call :meth:`upgrade` once to migrate.
 
     Every public method raises a database failure as a :class:`~newsletter.errors.StoreError`
-    subclass, never a SQLAlchemy or driver exception (:mod:`.guard`); the raw :attr:`engine` and
-    the connection :meth:`ledger_connection` returns are the exceptions to that rule. Callers
+    subclass, never a SQLAlchemy or driver exception (:mod:`.guard`, and the ledger writer's
+    session maps its own); the raw :attr:`engine` is the exception to that rule. Callers
     should depend on :class:`~newsletter.store.protocol.StoreProtocol` (or one of its domain
     protocols), not on this class.
     """
+
+
+if TYPE_CHECKING:  # mypy: the concrete Store is a StoreProtocol (and so each part of it)
+    from newsletter.store.protocol import SendStore, StoreProtocol
+
+    def _store_is_a_store_protocol(store: Store) -> StoreProtocol:
+        return store
+
+    def _store_is_a_send_store(store: Store) -> SendStore:
+        return store

@@ -11,11 +11,9 @@ chained to the original.
 Only the outer, public boundary is wrapped: the mixins' private helpers and the ledger's
 reconnect-and-retry (:meth:`StoreBase._retrying`) still see the raw driver errors they decide
 on, and a ``StoreError`` raised inside (the retry giving up, a refused vote) passes through
-unchanged. What is not wrapped: :attr:`~StoreBase.engine` and the connection
-:meth:`~newsletter.store.ledger.LedgerStore.ledger_connection` returns are raw SQLAlchemy
-objects (the sender's ledger writer holds them open and hands them back to
-:meth:`apply_ledger`); an error from using them directly is the caller's to map with
-:meth:`StoreBase.error`.
+unchanged. What is not wrapped: :attr:`~StoreBase.engine`, a raw SQLAlchemy object (an error
+from using it directly is the caller's to map with :meth:`StoreBase.error`); the ledger writer's
+session (:mod:`.ledger_session`) maps its own errors the same way.
 """
 
 from __future__ import annotations

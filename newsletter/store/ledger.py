@@ -1,7 +1,8 @@
 """The edition ledger: claiming each subscriber's edition, beginning a send, marking it sent,
 failed or unknown, releasing a claim, and applying a sender's batched ledger operations in one
 transaction (SQLite) or one statement (PostgreSQL). A mixin of the Store; its statements are in
-:mod:`.ledger_sql`.
+:mod:`.ledger_sql`, and the sender's writer applies its group commits through the session of
+:mod:`.ledger_session`.
 
 Why one module of this length: each write a sender batches (begin, mark, release, permanent
 failure) is written once as a function of an open connection, used both by its public method
@@ -34,6 +35,7 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
+from newsletter.store.ledger_session import SqlLedgerSession
 from newsletter.store.ledger_sql import (
     _BEGIN_SEND,
     _DELIVERED,
@@ -45,19 +47,25 @@ from newsletter.store.ledger_sql import (
     _SQLITE_MARK_SENT_SQL,
     _is_sent_mark,
     _pg_ledger,
+    may_take_over,
 )
+from newsletter.store.protocol import LedgerSession
 from newsletter.store.tables import paper_list
 
 
 class LedgerStore(StoreBase):
     """Claims, sends and marks: the write side of the edition ledger."""
 
-    def writer_connection(self) -> Connection:
-        """A connection of the ledger writer's own, for :meth:`apply_ledger` batches (opening
-        it fails as a :class:`~newsletter.errors.StoreError`, like every method here)."""
+    def ledger_session(self) -> LedgerSession:
+        """The sender's ledger writer's own session (:class:`~.ledger_session.SqlLedgerSession`):
+        its group commits on connections of its own, opened on first use."""
+        return SqlLedgerSession(self)
+
+    def _writer_connection(self) -> Connection:
+        """A connection of the ledger writer's own, for its batches in a transaction."""
         return self.engine.connect()
 
-    def ledger_connection(self) -> Connection | None:
+    def _ledger_connection(self) -> Connection | None:
         """PostgreSQL: an autocommit connection for the sender's one-statement group commits,
         planned for key lookups (``None`` on SQLite, whose writer uses its own transactions).
 
@@ -238,20 +246,10 @@ class LedgerStore(StoreBase):
                 t.editions.c.edition_date == edition_date,
             )
         ).one()
-        if row.status == EditionStatus.DEFERRED.value:
-            pass  # a temporary failure: any later run retries it
-        elif row.status == EditionStatus.RESEND.value or (
-            resend_unknown and row.status == EditionStatus.UNKNOWN.value
+        if not may_take_over(
+            row.status, row.owner, row.claimed, owner, now, lease, owner_gone, resend_unknown
         ):
-            pass  # its one re-send, same Message-ID
-        elif row.status not in (EditionStatus.CLAIMED.value, EditionStatus.SENDING.value):
             return None
-        elif (
-            row.owner != owner
-            and row.claimed > now - lease
-            and not (owner_gone is not None and owner_gone(row.owner))
-        ):
-            return None  # another run is working on it right now
         took = conn.execute(
             update(t.editions)
             .where(
@@ -387,9 +385,7 @@ class LedgerStore(StoreBase):
             return "inactive"
         return "lost"
 
-    def apply_ledger(
-        self, ops: Sequence[LedgerOp], now: datetime, *, conn: Connection | None = None
-    ) -> list[str | bool | None]:
+    def apply_ledger(self, ops: Sequence[LedgerOp], now: datetime) -> list[str | bool | None]:
         """Several senders' ledger writes in one transaction (group commit); one result per op.
 
         ``begin`` returns what :meth:`begin_send` returns, ``permanent_failure`` what
@@ -397,13 +393,18 @@ class LedgerStore(StoreBase):
         one op fails. Ops are applied in order; a run of ``begin`` ops (one owner) is one
         ``UPDATE … RETURNING``, and a run of ``sent`` marks is one ``UPDATE`` and one insert of
         their papers, whatever their number (on PostgreSQL as arrays: one round trip each).
-        ``conn``: a connection the caller keeps open for its writes (no pool checkout each time).
+        The sender's writer applies its batches through :meth:`ledger_session` instead, on a
+        connection it keeps open (no pool checkout each time).
         """
-        if conn is None:
-            with self.engine.connect() as own:
-                return self.apply_ledger(ops, now, conn=own)
-        held = conn
-        return self._retrying(lambda: self._apply_ledger(ops, now, held), held)
+        with self.engine.connect() as own:
+            return self._apply_held(ops, now, own)
+
+    def _apply_held(
+        self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
+    ) -> list[str | bool | None]:
+        """:meth:`apply_ledger` on ``conn``, a connection the caller keeps open (reconnected
+        and run again if it was lost: the ledger's writes are idempotent)."""
+        return self._retrying(lambda: self._apply_ledger(ops, now, conn), conn)
 
     def _apply_ledger(
         self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
@@ -446,13 +447,14 @@ class LedgerStore(StoreBase):
                 at = end
         return out
 
-    def apply_ledger_at_once(
+    def _apply_at_once(
         self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
     ) -> list[str | bool | None] | None:
         """The usual group commit (``begin``s of one owner and ``sent`` marks) on PostgreSQL as
-        one statement on an autocommit connection: one round trip, atomic as any statement.
+        one statement on the autocommit connection of :meth:`_ledger_connection`: one round
+        trip, atomic as any statement.
 
-        ``None`` when ``ops`` hold anything else, or on SQLite: use :meth:`apply_ledger`. A
+        ``None`` when ``ops`` hold anything else, or on SQLite: use :meth:`_apply_held`. A
         ``begin`` that did not apply (the subscriber left, or another run took the edition) is
         looked at again in a transaction, to say which.
         """

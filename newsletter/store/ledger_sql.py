@@ -13,8 +13,8 @@ databases and requires identical rows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -188,6 +188,36 @@ _FINAL = frozenset(
 
 
 _DELIVERED = frozenset({EditionStatus.SENT, EditionStatus.RESEND_REFUSED})
+
+
+_RETRIED = frozenset({EditionStatus.DEFERRED.value, EditionStatus.RESEND.value})
+_IN_FLIGHT = frozenset({EditionStatus.CLAIMED.value, EditionStatus.SENDING.value})
+
+
+def may_take_over(
+    status: str,
+    holder: str,
+    claimed: datetime,
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    owner_gone: Callable[[str], bool] | None,
+    resend_unknown: bool,
+) -> bool:
+    """Whether ``owner``'s claim at ``now`` takes over an edition's existing row (``status``,
+    claimed by ``holder`` at ``claimed``), keeping its Message-ID: a ``deferred`` row (a
+    temporary failure: any later run retries it), a ``resend`` row (its one re-send; ``unknown``
+    ones too with ``resend_unknown``), and a ``claimed`` or ``sending`` row that is this run's,
+    whose lease ran out, or whose owner's process is gone (``owner_gone``). Never a row another
+    run is working on right now, nor a settled one. The one rule of both ledgers
+    (:mod:`.ledger`, :mod:`.memory_ledger`)."""
+    if status in _RETRIED or (resend_unknown and status == EditionStatus.UNKNOWN.value):
+        return True
+    if status not in _IN_FLIGHT:
+        return False
+    return (
+        holder == owner or claimed <= now - lease or (owner_gone is not None and owner_gone(holder))
+    )
 
 
 _MARK_FINAL = (

@@ -3,8 +3,10 @@
 New code depends on these, not on :class:`~newsletter.store.db.Store`: a function that plans a
 send takes a :class:`SendStore`, a page that shows bounces a :class:`Bounces`, and a test may
 hand it anything with those methods. :class:`StoreProtocol` is all of them; the concrete
-``Store`` satisfies it (checked by mypy below and by ``tests/store/test_protocol.py``, which
-also checks that every public method of ``Store`` is named here, with the same signature).
+``Store`` satisfies it (checked by mypy in :mod:`.db` and by ``tests/store/test_protocol.py``,
+which also checks that every public method of ``Store`` is named here, with the same signature).
+No signature here names SQLAlchemy: the sender's ledger writer holds a :class:`LedgerSession`,
+not a connection, so :class:`~newsletter.store.memory.MemoryStore` is a :class:`SendStore` too.
 
 Each protocol mirrors one mixin of the Store (:mod:`.papers`, :mod:`.subscribers`, …); the
 smaller ``PaperReads``, ``SubscriberReads`` and ``LedgerState`` are the parts of their domain a
@@ -18,9 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-from sqlalchemy import Connection
+from typing import Any, Literal, Protocol
 
 from newsletter.errors import StoreError
 from newsletter.models import (
@@ -278,16 +278,27 @@ class Consent(Protocol):
         ...
 
 
+class LedgerSession(Protocol):
+    """One ledger writer's hold on the ledger (:meth:`Ledger.ledger_session`): its group
+    commits, applied in order from one thread. What it holds (connections, on the SQL store)
+    stays inside it."""
+
+    def apply(self, ops: Sequence[LedgerOp], now: datetime) -> list[str | bool | None]:
+        """``ops`` as one group commit (all or nothing); one result per op, as
+        :meth:`Ledger.apply_ledger` gives them. After a failure the next call starts afresh."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the session holds."""
+        ...
+
+
 class Ledger(Protocol):
     """The edition ledger's writes: claims, begins, marks, releases (:mod:`.ledger`)."""
 
-    def writer_connection(self) -> Connection:
-        """A connection of the ledger writer's own, for :meth:`apply_ledger` batches."""
-        ...
-
-    def ledger_connection(self) -> Connection | None:
-        """PostgreSQL: an autocommit connection for the sender's one-statement group commits,
-        planned for key lookups (``None`` on SQLite, whose writer uses its own transactions)."""
+    def ledger_session(self) -> LedgerSession:
+        """A session of the sender's ledger writer's own, for its group commits (on the SQL
+        store: the fastest statements each database has, on connections it keeps)."""
         ...
 
     def record_permanent_failure(self, subscriber_id: int, limit: int, now: datetime) -> bool:
@@ -343,17 +354,8 @@ class Ledger(Protocol):
         """Mark a claimed edition ``sending`` just before it goes to the relay."""
         ...
 
-    def apply_ledger(
-        self, ops: Sequence[LedgerOp], now: datetime, *, conn: Connection | None = None
-    ) -> list[str | bool | None]:
+    def apply_ledger(self, ops: Sequence[LedgerOp], now: datetime) -> list[str | bool | None]:
         """Several senders' ledger writes in one transaction (group commit); one result per op."""
-        ...
-
-    def apply_ledger_at_once(
-        self, ops: Sequence[LedgerOp], now: datetime, conn: Connection
-    ) -> list[str | bool | None] | None:
-        """The usual group commit (``begin``s of one owner and ``sent`` marks) on PostgreSQL as one
-        statement on an autocommit connection: one round trip, atomic as any statement."""
         ...
 
 
@@ -531,13 +533,3 @@ class StoreProtocol(
     Protocol,
 ):
     """Everything the Store offers: what a caller that needs more than one domain takes."""
-
-
-if TYPE_CHECKING:  # mypy: the concrete Store is a StoreProtocol (and so each part of it)
-    from newsletter.store.db import Store
-
-    def _store_is_a_store_protocol(store: Store) -> StoreProtocol:
-        return store
-
-    def _store_is_a_send_store(store: Store) -> SendStore:
-        return store

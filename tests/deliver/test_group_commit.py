@@ -17,6 +17,7 @@ from typing import Any
 from newsletter.deliver.ledger import LedgerWriter
 from newsletter.models import EditionStatus, LedgerOp
 from newsletter.store import Store
+from newsletter.store.protocol import LedgerSession
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 DAY = date(2026, 11, 17)
@@ -24,24 +25,30 @@ OWNER = "host:1:run"
 
 
 class CountingStore:
-    """The real store, with the batches the writer hands it counted."""
+    """The real store, with the batches the writer hands its ledger session counted."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.batches: list[list[str]] = []
 
-    def apply_ledger(self, ops: Sequence[LedgerOp], now: datetime, **kw: Any) -> list[Any]:
-        self.batches.append([op.kind for op in ops])
-        return self.store.apply_ledger(ops, now, **kw)
-
-    def apply_ledger_at_once(self, ops: Sequence[LedgerOp], now: datetime, conn: Any) -> Any:
-        got = self.store.apply_ledger_at_once(ops, now, conn)
-        if got is not None:
-            self.batches.append([op.kind for op in ops])
-        return got
+    def ledger_session(self) -> LedgerSession:
+        return CountingSession(self.store.ledger_session(), self.batches)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
+
+
+class CountingSession:
+    def __init__(self, session: LedgerSession, batches: list[list[str]]) -> None:
+        self.session = session
+        self.batches = batches
+
+    def apply(self, ops: Sequence[LedgerOp], now: datetime) -> list[Any]:
+        self.batches.append([op.kind for op in ops])
+        return self.session.apply(ops, now)
+
+    def close(self) -> None:
+        self.session.close()
 
 
 def _claims(store: Store, n: int) -> list[LedgerOp]:

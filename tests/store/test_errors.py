@@ -108,7 +108,9 @@ READS_AND_WRITES: dict[str, Call] = {
     "claim_editions": lambda s: s.claim_editions([(1, DAY, "<m@x>")], NOW, owner="r"),
     "mark_edition": lambda s: s.mark_edition(1, EditionStatus.SENT, NOW),
     "sent_paper_ids": lambda s: s.sent_paper_ids([1]),
-    "ledger_connection": lambda s: s.ledger_connection(),
+    "ledger_session": lambda s: s.ledger_session().apply(
+        [LedgerOp("begin", edition_id=1, subscriber_id=1, owner="r")], NOW
+    ),
     "last_runs": lambda s: s.last_runs(),
 }
 
@@ -221,14 +223,13 @@ def test_a_ledger_write_that_cannot_reconnect_gives_up_with_its_own_message(
         sub, _ = store.add_subscriber("a@example.org", now=NOW)
         [claim] = store.claim_editions([(sub.id, DAY, "<m@x>")], NOW, owner="run-1")
         assert claim is not None
-        conn = store.engine.connect()  # a writer's connection, held open as the sender's is
-        conn.exec_driver_sql("SELECT 1")
-        conn.commit()
-        proxy.down()
+        session = store.ledger_session()  # its connections held open, as the sender's are
         op = LedgerOp("begin", edition_id=claim.id, subscriber_id=sub.id, owner="run-1")
+        assert session.apply([op], NOW) == ["ok"]
+        proxy.down()
         with pytest.raises(DatabaseUnavailable, match="did not come back") as caught:
-            store.apply_ledger([op], NOW, conn=conn)
-        conn.invalidate()
+            session.apply([op], NOW)
+        session.close()
         _no_database_exception(caught.value)
         store.close()
     finally:

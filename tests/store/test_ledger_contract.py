@@ -3,7 +3,7 @@
 Each transition is run through every way the Store has of writing it (issue 18): the
 SQLAlchemy statements (``begin_send``, ``mark_edition``, ``release_edition``…), the group commit
 (``apply_ledger``, whose usual ops go straight to the driver: sqlite3 on SQLite, one psycopg
-statement on PostgreSQL) and PostgreSQL's autocommit ``apply_ledger_at_once``. Each variant
+statement on PostgreSQL) and PostgreSQL's autocommit one-statement group commit (``_apply_at_once``). Each variant
 starts from the same row (a subscriber of its own) and must leave the same row: same status,
 attempts, owner, times, error, item count and the papers it carried. A last test runs one script of
 transitions on both databases and compares what they hold.
@@ -131,17 +131,17 @@ Ops = Callable[[EditionClaim], list[LedgerOp]]
 
 def _group_commits(store: Store, ops: Ops) -> dict[str, Variant]:
     """``ops`` through ``apply_ledger`` (whose usual ops go to the driver), and on PostgreSQL
-    also through ``apply_ledger_at_once`` on the sender's autocommit connection; each variant
+    also through ``_apply_at_once`` on the sender's autocommit connection; each variant
     returns the first op's result."""
 
     def apply(s: Store, c: EditionClaim) -> Any:
         return s.apply_ledger(ops(c), LATER)[0]
 
     def at_once(s: Store, c: EditionClaim) -> Any:
-        conn = s.ledger_connection()
+        conn = s._ledger_connection()
         assert conn is not None
         try:
-            results = s.apply_ledger_at_once(ops(c), LATER, conn)
+            results = s._apply_at_once(ops(c), LATER, conn)
         finally:
             conn.close()
         assert results is not None, "apply_ledger_at_once did not take these ops"
@@ -468,7 +468,7 @@ def test_a_group_commit_leaves_what_each_op_alone_leaves(ledger: Ledger) -> None
 
     assert batch(one_by_one=False) == batch(one_by_one=True)
     if store.dialect == "postgresql":  # and as one statement on the autocommit connection
-        conn = store.ledger_connection()
+        conn = store._ledger_connection()
         assert conn is not None
         try:
             begin = [ledger.claimed() for _ in range(2)]
@@ -482,10 +482,10 @@ def test_a_group_commit_leaves_what_each_op_alone_leaves(ledger: Ledger) -> None
                     for c, p in zip(sent, ledger.papers, strict=False)
                 ),
             ]
-            assert store.apply_ledger_at_once(ops, LATER, conn) == ["ok", "ok", None, None]
+            assert store._apply_at_once(ops, LATER, conn) == ["ok", "ok", None, None]
             # anything else is not for one statement: the caller uses apply_ledger
             release = LedgerOp("release", begin[0].id, begin[0].subscriber_id)
-            assert store.apply_ledger_at_once([*ops, release], LATER, conn) is None
+            assert store._apply_at_once([*ops, release], LATER, conn) is None
         finally:
             conn.close()
 

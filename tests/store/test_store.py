@@ -249,7 +249,8 @@ def test_each_edition_keeps_the_papers_it_carried_in_digest_order(store: Store) 
 
 def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) -> None:
     """PostgreSQL's one-statement group commit (autocommit connection) against the same
-    scenario as the transactional one; SQLite says it cannot and the caller falls back."""
+    scenario as the transactional one; SQLite says it cannot and the session falls back. (The
+    store's private fast path, called directly: the ledger session takes it when it can.)"""
     from newsletter.models import LedgerOp
 
     day = date(2026, 11, 17)
@@ -263,11 +264,11 @@ def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) ->
         fast = conn.execution_options(isolation_level="AUTOCOMMIT")
         begins = [LedgerOp("begin", claims[i].id, subs[i].id, "me") for i in range(3)]
         if store.dialect != "postgresql":
-            assert store.apply_ledger_at_once(begins, NOW, fast) is None
+            assert store._apply_at_once(begins, NOW, fast) is None
             return
         store.set_status("v1@example.org", SubscriberStatus.UNSUBSCRIBED, NOW)
         store.mark_edition(claims[2].id, EditionStatus.SENT, NOW)
-        assert store.apply_ledger_at_once(begins, NOW, fast) == ["ok", "inactive", "lost"]
+        assert store._apply_at_once(begins, NOW, fast) == ["ok", "inactive", "lost"]
         ops = [
             LedgerOp(
                 "mark", claims[0].id, subs[0].id, status=EditionStatus.SENT, paper_ids=tuple(pids)
@@ -275,9 +276,9 @@ def test_a_group_commit_in_one_statement_gives_the_same_results(store: Store) ->
             LedgerOp("begin", claims[3].id, subs[3].id, "me"),
             LedgerOp("begin", claims[4].id, subs[4].id, "me"),
         ]
-        assert store.apply_ledger_at_once(ops, NOW, fast) == [None, "ok", "ok"]
+        assert store._apply_at_once(ops, NOW, fast) == [None, "ok", "ok"]
         other = [LedgerOp("release", claims[3].id, error="x")]
-        assert store.apply_ledger_at_once(other, NOW, fast) is None  # not the usual kinds
+        assert store._apply_at_once(other, NOW, fast) is None  # not the usual kinds
     sent_ids = store.sent_paper_ids([s.id for s in subs])
     assert {k: v for k, v in sent_ids.items() if v} == {subs[0].id: set(pids)}
     got = {s.email: store.edition_for(s.id, day) for s in subs}
