@@ -12,6 +12,7 @@ import pytest
 
 from newsletter.store import Store
 from newsletter.store import protocol as p
+from newsletter.store.memory import MemoryStore
 
 PROTOCOLS = [
     p.PaperReads,
@@ -72,6 +73,17 @@ def test_store_has_every_protocol_method_with_its_signature(protocol: type) -> N
         )
 
 
+@pytest.mark.parametrize("protocol", [p.SendStore, p.LedgerSession], ids=lambda c: c.__name__)
+def test_the_memory_store_has_every_send_store_method_with_its_signature(protocol: type) -> None:
+    """The in-memory store is a whole ``SendStore`` (its session a ``LedgerSession``), with the
+    SQL store's signatures: a caller cannot tell them apart."""
+    have_cls = MemoryStore if protocol is p.SendStore else type(MemoryStore().ledger_session())
+    for name in sorted(_members(protocol)):
+        wanted, have = getattr(protocol, name), getattr(have_cls, name, None)
+        assert have is not None, f"{protocol.__name__}.{name} is not on {have_cls.__name__}"
+        assert inspect.signature(wanted) == inspect.signature(have), name
+
+
 def test_store_protocol_names_every_public_method_of_store() -> None:
     assert _public_methods(Store) - _members(p.StoreProtocol) == set()
 
@@ -98,14 +110,17 @@ def test_the_send_store_is_the_part_of_the_store_the_send_path_reads_and_writes(
 
 def test_store_satisfies_the_protocols_for_mypy(tmp_path: Path) -> None:
     """mypy (strict, the project's settings) accepts a Store where a ``StoreProtocol`` or a
-    ``SendStore`` is wanted, and refuses something that lacks their methods."""
+    ``SendStore`` is wanted, a MemoryStore where a ``SendStore`` is, and refuses something
+    that lacks their methods."""
     mypy = pytest.importorskip("mypy.api")
     good = tmp_path / "good.py"
     good.write_text(
         "from newsletter.store import Store\n"
+        "from newsletter.store.memory import MemoryStore\n"
         "from newsletter.store.protocol import SendStore, StoreProtocol\n\n"
         "a: StoreProtocol = Store('sqlite://')\n"
         "b: SendStore = Store('sqlite://')\n"
+        "c: SendStore = MemoryStore()\n"
     )
     bad = tmp_path / "bad.py"
     bad.write_text(
