@@ -139,7 +139,7 @@ def test_environment_overrides_database_url(
 
 
 def test_shipped_example_and_demo_configs_are_valid() -> None:
-    root = Path(__file__).parent.parent / "config"
+    root = Path(__file__).resolve().parents[2] / "config"
     example = load_config(root / "newsletter.example.yaml")
     assert {s.kind for s in example.settings.sources} >= {"arxiv_rss", "hf_daily"}
     demo = load_config(root / "demo.yaml")
