@@ -22,7 +22,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.models import Subscriber
-from newsletter.schedule import Preferences, due_now, missed
+from newsletter.schedule import Preferences, due_now, missed, zone_name
 from newsletter.store import Store
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def preferences(subscriber: Subscriber, config: Config) -> Preferences:
     """A subscriber's schedule: their own hour and frequency when chosen, else the defaults."""
     s = config.settings.schedule
     return Preferences(
-        timezone=subscriber.timezone or s.timezone,
+        timezone=zone_name(subscriber.timezone, s.timezone),
         hour=s.send_hour if subscriber.send_hour is None else subscriber.send_hour,
         frequency=subscriber.frequency,
         weekday=s.weekly_weekday,
