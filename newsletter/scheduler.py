@@ -1,4 +1,6 @@
-"""APScheduler 3.x wiring only: when to fetch, and a tick that sends the editions now due.
+"""The scheduler: the APScheduler 3.x jobs (fetch on cron times, a tick that sends the editions
+now due), which subscribers are due at a tick (:func:`due_filter`, from each subscriber's
+:class:`~newsletter.schedule.Preferences`), how many editions were missed, and the next runs.
 
 The tick is idempotent (the ledger claims each subscriber's edition once), so the scheduler,
 a manual ``newsletter send --now`` and a restarted process can all run it safely. Fetch times
