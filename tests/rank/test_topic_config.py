@@ -9,7 +9,7 @@ import pytest
 from newsletter.config import parse_config
 from newsletter.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TOPICS = """\
 topics:
