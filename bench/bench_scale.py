@@ -319,7 +319,7 @@ def one_message(config: Path) -> bytes:
 
 STAGES = (
     ("papers, ranker, templates (once per run)", "build.py", "__init__"),
-    ("rank (per subscriber)", "rank.py", "sections"),
+    ("rank (per subscriber)", "rank/ranker.py", "sections"),
     ("render (HTML + text)", "render.py", "render"),
     ("build the MIME message", "message.py", "build_message"),
     ("SMTP hand-off", "smtp.py", "send"),

@@ -18,19 +18,12 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.top_n import _top_rows, top_n
 from newsletter.models import Paper
-from newsletter.profiles import Preference, ProfileRows, ProfileSpace
-from newsletter.rank import (
-    Documents,
-    PaperIndex,
-    Rule,
-    _top_rows,
-    compile_rules,
-    score_block,
-    top_n,
-)
-from tests.ranking.corpus import NOW, load_papers
-from tests.test_rank import rule_st
+from newsletter.rank import Documents, PaperIndex, Rule, compile_rules, score_block
+from newsletter.rank.profiles import Preference, ProfileRows, ProfileSpace
+from tests.rank.relevance.corpus import NOW, load_papers
+from tests.rank.test_ranker import rule_st
 
 # Keyword-only rules (the float32 pass) are the common case; rule_st mixes in the others.
 plain_rule_st = st.builds(

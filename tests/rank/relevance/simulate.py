@@ -1,7 +1,7 @@
 """A two-day feedback simulation on the second judged set: does "more/less like this" help?
 
-    python -m tests.ranking.simulate          # a table per topic and the means
-    python -m tests.ranking.simulate --json
+    python -m tests.rank.relevance.simulate          # a table per topic and the means
+    python -m tests.rank.relevance.simulate --json
 
 Day one is every other paper of the pool (by key), day two the rest. For each topic, one reader
 follows only that topic: they get day one's digest (the topic's top 10 from the real ranker),
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from newsletter.models import Paper
-from newsletter.profiles import Preference
 from newsletter.rank import Ranker
-from tests.ranking.evaluate import (
+from newsletter.rank.profiles import Preference
+from tests.rank.relevance.evaluate import (
     NOW,
     K,
     judged_data,
@@ -65,7 +65,7 @@ def simulate(set_name: str = "judged2", *, semantic: bool = False) -> list[DayTw
     def ranker(papers: Sequence[Paper], examples: Sequence[Paper] = ()) -> Ranker:
         if not semantic:
             return Ranker(topics, papers, NOW, examples=examples)
-        from tests.ranking.hybrid import semantic_for
+        from tests.rank.relevance.hybrid import semantic_for
 
         vectors = semantic_for(papers, topics, examples)
         return Ranker(topics, papers, NOW, examples=examples, semantic=vectors)

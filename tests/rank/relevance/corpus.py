@@ -13,7 +13,7 @@ from pathlib import Path
 from newsletter.models import Paper, PaperData
 from newsletter.sources import arxiv_rss, hf_daily
 
-FEEDS = Path(__file__).resolve().parent.parent / "fixtures" / "feeds"
+FEEDS = Path(__file__).resolve().parents[2] / "fixtures" / "feeds"
 NOW = datetime(2026, 11, 17, 20, 0, tzinfo=UTC)
 FIRST_SEEN = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 

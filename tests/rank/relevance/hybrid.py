@@ -1,15 +1,15 @@
 """Semantic and hybrid ranking on the judged sets, beside the lexical ranker and plain BM25.
 
-    python -m tests.ranking.hybrid                  # judged2.yaml
-    python -m tests.ranking.hybrid --set judged3    # another judged set
-    python -m tests.ranking.hybrid --json
+    python -m tests.rank.relevance.hybrid                  # judged2.yaml
+    python -m tests.rank.relevance.hybrid --set judged3    # another judged set
+    python -m tests.rank.relevance.hybrid --json
 
 Runs, on the same pool and topics:
 
 * ``lexical``: the project's ranker without vectors (what runs without the ``semantic`` extra);
 * ``hybrid``: the same ranker given the papers' and topics' vectors (what runs with it);
 * ``semantic``: every paper that passes the topic's filters, by cosine similarity alone;
-* ``bm25``: plain BM25 over title and abstract (tests/ranking/evaluate.py).
+* ``bm25``: plain BM25 over title and abstract (tests/rank/relevance/evaluate.py).
 
 The vectors come from the default model through the project's own :class:`Embedder` (no
 store): each text is embedded once per process.
@@ -36,9 +36,9 @@ from newsletter.semantic.vectors import (
     paper_text,
     topic_text,
 )
-from tests.ranking import evaluate as ev
+from tests.rank.relevance import evaluate as ev
 
-CACHE = Path(__file__).resolve().parent.parent.parent / ".cache" / "models"
+CACHE = Path(__file__).resolve().parents[3] / ".cache" / "models"
 
 
 @functools.cache
@@ -144,7 +144,7 @@ def evaluate(name: str = "judged2") -> dict[str, Any]:
 def table(report: dict[str, Any]) -> str:
     runs = list(report["runs"])
     lines = [
-        f"{report['papers']} papers, {report['topics']} topics (tests/ranking/{report['set']}.yaml), nDCG@10",
+        f"{report['papers']} papers, {report['topics']} topics (tests/rank/relevance/{report['set']}.yaml), nDCG@10",
         "",
         f"{'topic':26}" + "".join(f"{r:>10}" for r in runs),
     ]

@@ -12,7 +12,7 @@ import yaml
 from newsletter.config import TopicSettings, parse_config
 from newsletter.models import Paper
 from newsletter.rank import Ranker
-from tests.ranking.corpus import NOW, load_papers
+from tests.rank.relevance.corpus import NOW, load_papers
 
 HERE = Path(__file__).resolve().parent
 DATA: dict[str, Any] = yaml.safe_load((HERE / "judged.yaml").read_text())

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from newsletter.models import Paper
-from tests.ranking import evaluate as ev
+from tests.rank.relevance import evaluate as ev
 
 DATA: dict[str, Any] = ev.judged_data()
 GRADES = ev.load_grades(DATA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from newsletter.text import compound_parts
-from tests.test_rank import keys, paper, rank, topic
+from tests.rank.test_ranker import keys, paper, rank, topic
 
 
 @pytest.mark.parametrize(

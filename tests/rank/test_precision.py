@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
-from newsletter.profiles import Preference
 from newsletter.rank import AGE_DROP, RELATIVE_CUT, TREND_LIFT, Ranker
+from newsletter.rank.profiles import Preference
 from newsletter.text import abbreviations, read_defined, stem, tokenize
-from tests.ranking.corpus import NOW, load_papers
-from tests.test_rank import paper
+from tests.rank.relevance.corpus import NOW, load_papers
+from tests.rank.test_ranker import paper
 
 FILLER = (
     "We study a problem and report results on standard benchmarks with careful ablations, "
@@ -336,7 +336,7 @@ def test_votes_on_papers_the_ranker_does_not_know_are_ignored() -> None:
 
 
 def test_the_two_day_feedback_simulation_gains() -> None:
-    from tests.ranking.simulate import simulate
+    from tests.rank.relevance.simulate import simulate
 
     rows = simulate()
     gain = sum(r.gain for r in rows) / len(rows)

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from bench.top_n import _top_rows, top_n
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
 from newsletter.rank import (
@@ -32,10 +33,9 @@ from newsletter.rank import (
     recency_factor,
     score_all,
     tokenize,
-    top_n,
     trend_factor,
 )
-from tests.ranking.corpus import NOW, load_papers
+from tests.rank.relevance.corpus import NOW, load_papers
 
 FILLER = "We study a problem and report results on standard benchmarks with careful ablations."
 
@@ -519,8 +519,6 @@ def test_top_rows_equals_a_full_sort_with_ties_and_zeros(
     seed: int, cols: int, levels: int, n: int
 ) -> None:
     """The bounded candidate pick is exact: same ids and scores as sorting every column."""
-    from newsletter.rank import _top_rows
-
     rng = np.random.default_rng(seed)
     # Few distinct levels make ties at the cut common; about half the scores are 0 (no match).
     scores = rng.integers(0, levels, size=(37, cols)) * rng.integers(0, 2, size=(37, cols)) / 7

@@ -11,9 +11,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from newsletter.keyword_rows import RowGroups
-from newsletter.rank import Queries, Rule, Vocabulary, _compile_each, compile_rules
-from tests.test_rank import group_st
+from newsletter.rank import Queries, Rule, Vocabulary, compile_rules
+from newsletter.rank.keyword_rows import RowGroups
+from newsletter.rank.rules import _compile_each
+from tests.rank.test_ranker import group_st
 
 keyword_rule_st = st.builds(
     Rule,

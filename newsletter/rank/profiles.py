@@ -1,6 +1,6 @@
 """Reader profiles: "more/less like this" votes and topics' ``like:`` papers as Rocchio vectors.
 
-The ranker (:mod:`newsletter.rank`) adds a profile's cosine to a topic's keyword relevance;
+The ranker (:mod:`newsletter.rank.ranker`) adds a profile's cosine to a topic's keyword relevance;
 this module owns the vectors: tf-idf of the run's papers and of the example papers readers
 voted on (:class:`ProfileSpace`), one reader's profile (:meth:`ProfileSpace.rocchio`) and many
 readers' at once for the general scorer (:class:`ProfileRows`). See docs/topics.md, "How votes
@@ -21,8 +21,9 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from newsletter.models import Paper
+from newsletter.rank.tiled_matmul import Tiles, column_tiles, dense_product, times_tiles
+from newsletter.semantic.space import ROCCHIO_BETA, ROCCHIO_GAMMA
 from newsletter.text import read_defined
-from newsletter.tiles import Tiles, column_tiles, dense_product, times_tiles
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -47,10 +48,6 @@ class ReadPapers(Protocol):
         ...
 
 
-ROCCHIO_BETA = 0.75
-"""Weight of the papers a reader (or a topic's ``like:``) asks for more of (Rocchio's β)."""
-ROCCHIO_GAMMA = 0.15
-"""Weight of the papers a reader asks for less of (Rocchio's γ)."""
 MAX_VOTES = 50
 """A reader's profile uses at most their latest this many votes (votes come newest first)."""
 
@@ -319,9 +316,9 @@ class ProfileSpace:
 
     @property
     def similarity(self) -> Tiles:
-        """examples × run papers cosines, as column tiles (:mod:`newsletter.tiles`), computed
-        once on first use (for many profiles at once, :class:`ProfileRows`; a single reader's
-        profile needs only one product)."""
+        """examples × run papers cosines, as column tiles (:mod:`.tiled_matmul`), computed once
+        on first use (for many profiles at once, :class:`ProfileRows`; a single reader's profile
+        needs only one product)."""
         found: Tiles = self._shared("_similarity")
         return found
 
@@ -398,7 +395,8 @@ def _quadratic(w: sp.csr_matrix, gram: FloatArray) -> FloatArray:
 
 @dataclass(frozen=True)
 class ProfileRows:
-    """Rocchio profiles for the rows of :func:`top_n`, as weights over a space's examples.
+    """Rocchio profiles for the rows of the general scorer (:func:`~newsletter.rank.score_block`,
+    ``bench/top_n.py``), as weights over a space's examples.
 
     Row ``r``'s profile relevance for paper ``p`` is ``scale[r] · cos(p, q_r)`` with
     ``q_r = Σ weights[r, e] · example_e``: the same formula as :meth:`Ranker.reader_items`,

@@ -1,10 +1,10 @@
 """Ranking quality on the second hand-judged set (judged2.yaml over the fixture and written papers).
 
-    python -m tests.ranking.evaluate                 # a table per topic and the means
-    python -m tests.ranking.evaluate --json          # the same, machine-readable
-    python -m tests.ranking.evaluate --set judged3   # the third set (judged3.yaml), same table
+    python -m tests.rank.relevance.evaluate                 # a table per topic and the means
+    python -m tests.rank.relevance.evaluate --json          # the same, machine-readable
+    python -m tests.rank.relevance.evaluate --set judged3   # the third set (judged3.yaml), same table
 
-The pool is the 46 real feed-fixture papers (:func:`tests.ranking.corpus.load_papers`) plus the
+The pool is the 46 real feed-fixture papers (:func:`tests.rank.relevance.corpus.load_papers`) plus the
 papers written for this set (papers.yaml); the third set (judged3.yaml, ``--set judged3``) also
 sees the papers written for it (papers3.yaml), which the second set never does. Topics go through
 the real config validation and are ranked by the real :class:`newsletter.rank.Ranker`; a plain
@@ -36,7 +36,7 @@ import yaml
 from newsletter.config import TopicSettings, parse_config
 from newsletter.models import Paper
 from newsletter.rank import Ranker
-from tests.ranking.corpus import FIRST_SEEN, NOW, load_papers
+from tests.rank.relevance.corpus import FIRST_SEEN, NOW, load_papers
 
 HERE = Path(__file__).resolve().parent
 PAPERS_FILE = HERE / "papers.yaml"
@@ -317,7 +317,7 @@ def table(report: Mapping[str, Any], set_name: str = DEFAULT_SET) -> str:
     ranker = report["runs"]["ranker"]
     bm25 = report["runs"]["bm25"]
     lines = [
-        f"{report['papers']} papers, {report['topics']} topics (tests/ranking/{set_name}.yaml)",
+        f"{report['papers']} papers, {report['topics']} topics (tests/rank/relevance/{set_name}.yaml)",
         "",
         f"{'':24} {'--------- ranker ---------':>41}   {'---------- BM25 ----------':>41}",
         f"{'topic':24} "

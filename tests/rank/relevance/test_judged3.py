@@ -1,7 +1,7 @@
 """The third hand-judged set (judged3.yaml, papers3.yaml): its validity only.
 
 No quality threshold here: the set was judged blind for issue 28 (semantic ranking) and is there
-to be measured (``python -m tests.ranking.evaluate --set judged3``), not passed. These tests check
+to be measured (``python -m tests.rank.relevance.evaluate --set judged3``), not passed. These tests check
 that it stays well-formed: its papers, its topics (through the real config validation), its grades
 and its traps, and that the earlier sets do not see its papers.
 """
@@ -16,13 +16,13 @@ import pytest
 import yaml
 
 from newsletter.models import Paper
-from tests.ranking import evaluate as ev
+from tests.rank.relevance import evaluate as ev
 
 SET = "judged3"
 DATA: dict[str, Any] = ev.judged_data(SET)
 GRADES = ev.load_grades(DATA, SET)
 TRAPS: dict[str, dict[str, list[str]]] = DATA["traps"]
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

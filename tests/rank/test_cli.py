@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from newsletter.cli import cli
 from newsletter.rank import TREND_LIFT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def demo_config(tmp_path: Path) -> str:

@@ -25,7 +25,7 @@ Group = tuple[str, ...]
 
 class KeywordRule(Protocol):
     """What is read of a rule here (``rank.Rule`` is one); this module imports nothing of
-    :mod:`newsletter.rank`, which builds on it."""
+    :mod:`newsletter.rank.rules`, which builds on it."""
 
     @property
     def keywords(self) -> Sequence[Group]:

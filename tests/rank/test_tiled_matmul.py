@@ -1,4 +1,4 @@
-"""Products a tile of columns at a time (``newsletter.tiles``) are bitwise the whole product.
+"""Products a tile of columns at a time (``newsletter.rank.tiled_matmul``) are bitwise the whole product.
 
 The ranker's scores must not move by a bit when a product is computed in tiles: each cell is
 still summed over the sparse row in its stored order. Checked on random matrices, with rows
@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from newsletter.tiles import column_tiles, dense_product, times_tiles
+from newsletter.rank.tiled_matmul import column_tiles, dense_product, times_tiles
 
 
 def _random_csr(rng: np.random.Generator, rows: int, cols: int, density: float) -> sp.csr_matrix:
@@ -57,9 +57,9 @@ def test_tiled_products_are_bitwise_the_whole_product(
 def test_cosines_computed_in_the_background_are_those_computed_on_use() -> None:
     from dataclasses import replace
 
-    from newsletter.profiles import ProfileSpace
     from newsletter.rank import Documents
-    from tests.ranking.corpus import load_papers
+    from newsletter.rank.profiles import ProfileSpace
+    from tests.rank.relevance.corpus import load_papers
 
     papers = load_papers()
     examples = [replace(p, id=10_000 + p.id, key="old-" + p.key) for p in papers[:40]]
@@ -82,9 +82,9 @@ def test_many_profiles_at_once_are_each_readers_rocchio_profile() -> None:
     computed the plain way (``ProfileSpace.rocchio``: the vector, then its cosines)."""
     from dataclasses import replace
 
-    from newsletter.profiles import Preference, ProfileRows, ProfileSpace
     from newsletter.rank import Documents
-    from tests.ranking.corpus import load_papers
+    from newsletter.rank.profiles import Preference, ProfileRows, ProfileSpace
+    from tests.rank.relevance.corpus import load_papers
 
     papers = load_papers()
     examples = [replace(p, id=10_000 + p.id, key="old-" + p.key) for p in papers[:60]]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ranking import hybrid
-from tests.ranking.simulate import simulate
+from tests.rank.relevance import hybrid
+from tests.rank.relevance.simulate import simulate
 
 pytestmark = pytest.mark.slow
 
