@@ -1,6 +1,6 @@
 """Ranking 100,000 subscribers' keyword sets against 2,000 papers.
 
-Fast path: :mod:`newsletter.rank` (rules compiled to sparse matrices, BM25F weights of the papers,
+Fast path: :mod:`newsletter.rank` and ``bench/top_n.py`` (rules compiled to sparse matrices, BM25F weights of the papers,
 scores and top-N in blocks of 1,000 rows; keyword-only rows summed in float32 first, their
 candidates again in float64). Baseline: a straightforward per-subscriber Python loop
 computing the same scores (per subscriber, per paper, per keyword), timed on a sample of
@@ -29,15 +29,9 @@ from typing import Any
 import numpy as np
 
 from bench import summary
+from bench.top_n import top_n
 from newsletter.config import TopicSettings
 from newsletter.models import Paper
-from newsletter.profiles import (
-    ROCCHIO_BETA,
-    ROCCHIO_GAMMA,
-    Preference,
-    ProfileRows,
-    ProfileSpace,
-)
 from newsletter.rank import (
     ABSTRACT_WEIGHT,
     BAG_TF,
@@ -51,8 +45,14 @@ from newsletter.rank import (
     compile_rules,
     phrase_terms,
     recency_factor,
-    top_n,
     trend_factor,
+)
+from newsletter.rank.profiles import (
+    ROCCHIO_BETA,
+    ROCCHIO_GAMMA,
+    Preference,
+    ProfileRows,
+    ProfileSpace,
 )
 from newsletter.sources import arxiv_rss, hf_daily
 from newsletter.text import read_defined

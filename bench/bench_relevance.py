@@ -1,17 +1,17 @@
 """Ranking quality: the judged set, the ranker against plain BM25, and the feedback simulation.
 
 Not a speed benchmark: the "naive baseline in the same run" is a plain BM25 over title and
-abstract (tests/ranking/evaluate.py), on the hand-judged set of tests/ranking/ (judged2.yaml over
-the fixture papers and papers.yaml). The two-day feedback simulation (tests/ranking/simulate.py)
+abstract (tests/rank/relevance/evaluate.py), on the hand-judged set of tests/rank/relevance/ (judged2.yaml over
+the fixture papers and papers.yaml). The two-day feedback simulation (tests/rank/relevance/simulate.py)
 measures what "more/less like this" votes add on day two.
 """
 
 from __future__ import annotations
 
 from bench import summary
-from tests.ranking import hybrid
-from tests.ranking.evaluate import evaluate, table
-from tests.ranking.simulate import simulate
+from tests.rank.relevance import hybrid
+from tests.rank.relevance.evaluate import evaluate, table
+from tests.rank.relevance.simulate import simulate
 
 BEFORE = {"ndcg10": 0.749, "p10": 0.80, "p10_strict": 0.63, "off5": 7}
 """The ranker before issue 17 (commit 403a7b1) on the same set, measured 2026-11-25."""
@@ -60,7 +60,7 @@ def semantic_section() -> str:
     ]
     return f"""### Semantic matching: lexical, semantic and hybrid
 
-`python -m tests.ranking.hybrid --set judged2|judged3`; judged3 (295 papers, 8 topics written
+`python -m tests.rank.relevance.hybrid --set judged2|judged3`; judged3 (295 papers, 8 topics written
 as operators write them, judged blind; 23 of its 57 clearly relevant papers share no word with
 their topic) was judged blind before any ranker ran on it, then used once to choose between
 two literature values of the outlier threshold (docs/design.md). Each cell: mean nDCG@10 | P@10 |
@@ -70,7 +70,7 @@ off-topic papers in the top-5 slots.
 |---|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
-Two-day simulation (`python -m tests.ranking.simulate --set NAME [--semantic]`), day two's
+Two-day simulation (`python -m tests.rank.relevance.simulate --set NAME [--semantic]`), day two's
 nDCG@10 without and with the reader's day-one votes:
 
 | ranker | judged2 without | with votes | judged3 without | with votes |
@@ -92,9 +92,9 @@ def main(quick: bool) -> str:
 {report["papers"]} papers (46 real feed-fixture papers and {report["papers"] - 46} written in
 the style of real abstracts, with near-misses, acronym-only and reworded relevant papers, and
 heavily upvoted weak matches), {report["topics"]} topics written as researchers would,
-graded 0/1/2 over every paper before any ranker ran (`tests/ranking/judged2.yaml`). Baseline in
+graded 0/1/2 over every paper before any ranker ran (`tests/rank/relevance/judged2.yaml`). Baseline in
 the same run: plain BM25 (k1 1.2, b 0.75) over title + abstract with every keyword word as a
-query term. `python -m tests.ranking.evaluate` prints the table below.
+query term. `python -m tests.rank.relevance.evaluate` prints the table below.
 
 | ranker | nDCG@10 | P@10 | P@10 (grade 2) | off-topic papers in the 50 top-5 slots |
 |---|---:|---:|---:|---:|
@@ -113,7 +113,7 @@ Per topic:
 Day one is every other paper of the pool, day two the rest. For each topic one reader gets day
 one's digest, votes "more like this" on its grade-2 papers and "less like this" on its grade-0
 ones, and day two is ranked for them with and without those votes (`python -m
-tests.ranking.simulate`).
+tests.rank.relevance.simulate`).
 
 | day two | nDCG@10 |
 |---|---:|
@@ -121,7 +121,7 @@ tests.ranking.simulate`).
 | with the reader's votes (Rocchio profile) | {with_votes:.3f} |
 | gain | **{with_votes - without:+.3f}** |
 
-Per topic: `python -m tests.ranking.simulate`.
+Per topic: `python -m tests.rank.relevance.simulate`.
 
 {summary("nDCG@10 on the judged set, plain BM25 in the same run", f"{mine['ndcg10']:.3f} (BM25 {bm25['ndcg10']:.3f})", None)}
 {summary("nDCG@10 gain from a reader's votes, day two", f"{with_votes - without:+.3f}", None)}

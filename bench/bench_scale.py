@@ -305,7 +305,9 @@ def one_message(config: Path) -> bytes:
         now = utcnow()
         builder = EditionBuilder(Services(cfg, store), now)
         sub = next(iter(store.iter_subscribers(SubscriberStatus.ACTIVE, batch=1)))[0]
-        digest = builder.digest(sub, edition_date_for(sub, now), set())
+        digest = builder.digest(
+            sub, edition_date_for(sub, now, cfg.settings.schedule.timezone), set()
+        )
         rendered, links = builder.render(digest)
         env = builder.envelope(
             digest, rendered, links, make_message_id(cfg.settings.sender.message_domain)
@@ -317,7 +319,7 @@ def one_message(config: Path) -> bytes:
 
 STAGES = (
     ("papers, ranker, templates (once per run)", "build.py", "__init__"),
-    ("rank (per subscriber)", "rank.py", "sections"),
+    ("rank (per subscriber)", "rank/ranker.py", "sections"),
     ("render (HTML + text)", "render.py", "render"),
     ("build the MIME message", "message.py", "build_message"),
     ("SMTP hand-off", "smtp.py", "send"),

@@ -13,7 +13,7 @@ Three measurements, each against a baseline in the same run (issue 28's targets)
   that only reads them; target: at most 300 MB more.
 
 Papers are synthesized from the fixtures' real titles and abstracts (bench_rank.make_papers);
-topics are the judged sets' (tests/ranking/judged2.yaml and judged3.yaml), written as operators
+topics are the judged sets' (tests/rank/relevance/judged2.yaml and judged3.yaml), written as operators
 write them; each subscriber follows one to three of them.
 """
 
@@ -28,11 +28,11 @@ from pathlib import Path
 
 from bench import summary
 from bench.bench_rank import NOW, VOTERS, VOTES, make_papers
-from newsletter.profiles import Preference
 from newsletter.rank import Ranker
+from newsletter.rank.profiles import Preference
 from newsletter.semantic.model import DEFAULT_MODEL, Embedder, locate
 from newsletter.semantic.vectors import Semantic, keyword_texts, paper_text, topic_text
-from tests.ranking.evaluate import judged_data, load_topics
+from tests.rank.relevance.evaluate import judged_data, load_topics
 
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "models"
 

@@ -233,6 +233,38 @@ class EditionStatus(StrEnum):
 # and operations, editions, source states and runs (re-exported by newsletter.store.db).
 
 
+class Outcome(StrEnum):
+    """What happened to one subscriber's edition in a run (or to one try of it): each is counted
+    by :meth:`newsletter.edition.report.SendReport.count`."""
+
+    SENT = "sent"
+    FAILED = "failed"
+    SUPPRESSED = "suppressed"
+    """Failed, and the address is now suppressed (counted as failed too)."""
+    UNKNOWN = "unknown"
+    """The line dropped after the final dot: the relay may have it (not re-sent now)."""
+    RESENT = "resent"
+    """An ``unknown`` edition re-sent once with the same Message-ID (a try, not an end)."""
+    RESEND_REFUSED = "resend_refused"
+    """A re-send of a message that may have arrived was refused: counted as delivered."""
+    RETRIED = "retried"
+    """A temporary failure, tried again after a backoff (a try, not an end)."""
+    THROTTLED = "throttled"
+    """The relay asked to slow down (a try, not an end)."""
+    UNSUBSCRIBED = "unsubscribed"
+    """Not sent: the subscriber was no longer active at send time."""
+    ALREADY = "already"
+    """Sent, skipped or in progress elsewhere (the claim was refused or lost)."""
+    RELEASED = "released"
+    """Given back to the ledger unsent (the run stopped or the relay failed)."""
+    EMPTY = "empty"
+    """Nothing new in the subscriber's topics (``digest.empty: skip``)."""
+    NO_LISTING = "no_listing"
+    """Skipped: no new listing since the last edition (``schedule.no_listing: skip``)."""
+    DRY_RUN = "dry_run"
+    """Rendered for a dry run, not sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class PaperWrite:
     """One row to insert or update, decided by :mod:`newsletter.ingest`."""

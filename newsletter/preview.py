@@ -71,7 +71,7 @@ def rank_preview(
     papers, ranker = day_ranker(config, store, now, vectors)
     sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
-    today = edition_date_for(subscriber, now)
+    today = edition_date_for(subscriber, now, config.settings.schedule.timezone)
     sent_today = sent & store.sent_paper_ids([subscriber.id], since=today)[subscriber.id]
     votes = store.votes_of(subscriber.id)
 
@@ -133,7 +133,10 @@ def render_preview(
     builder = EditionBuilder(Services(config, store), now)
     sent = store.sent_paper_ids([subscriber.id], since=builder.history_since)[subscriber.id]
     digest = builder.digest(
-        subscriber, edition_date_for(subscriber, now), sent, votes=store.votes_of(subscriber.id)
+        subscriber,
+        edition_date_for(subscriber, now, config.settings.schedule.timezone),
+        sent,
+        votes=store.votes_of(subscriber.id),
     )
     rendered, _ = builder.render(digest)
     return RenderPreview(

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from newsletter.models import Frequency
+from newsletter.models import Frequency, Subscriber
 
 ARXIV_TZ = ZoneInfo("America/New_York")
 ARXIV_ANNOUNCE = time(20, 0)
@@ -60,9 +60,33 @@ def local_instant(day: date, at: time, tz: ZoneInfo) -> datetime:
     return as_utc
 
 
+def zone_name(timezone: str | None, default: str) -> str:
+    """A subscriber's zone: their own, or ``default`` (``schedule.timezone``) when they have none
+    or it is not a zone this machine knows (an old import, a removed zone)."""
+    if timezone:
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            return default
+        return timezone
+    return default
+
+
+def local_date(timezone: str, now: datetime) -> date:
+    """The calendar date in ``timezone`` at ``now``: the date an edition is filed under."""
+    return now.astimezone(ZoneInfo(timezone)).date()
+
+
+def edition_date_for(subscriber: Subscriber, now: datetime, default_zone: str) -> date:
+    """The edition date (the ledger's key) of ``subscriber`` at ``now``: their local calendar
+    date, in the zone :func:`zone_name` gives. The planner, the workers' enqueuer, the preview
+    and the scheduler (through :class:`Preferences`) all take it from here."""
+    return local_date(zone_name(subscriber.timezone, default_zone), now)
+
+
 def edition_date(prefs: Preferences, now: datetime) -> date:
-    """The subscriber's local calendar date at ``now``: the date an edition is filed under."""
-    return now.astimezone(ZoneInfo(prefs.timezone)).date()
+    """The subscriber's local calendar date at ``now`` (``prefs`` has the zone resolved)."""
+    return local_date(prefs.timezone, now)
 
 
 def due_instant(prefs: Preferences, day: date) -> datetime | None:

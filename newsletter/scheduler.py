@@ -1,4 +1,6 @@
-"""APScheduler 3.x wiring only: when to fetch, and a tick that sends the editions now due.
+"""The scheduler: the APScheduler 3.x jobs (fetch on cron times, a tick that sends the editions
+now due), which subscribers are due at a tick (:func:`due_filter`, from each subscriber's
+:class:`~newsletter.schedule.Preferences`), how many editions were missed, and the next runs.
 
 The tick is idempotent (the ledger claims each subscriber's edition once), so the scheduler,
 a manual ``newsletter send --now`` and a restarted process can all run it safely. Fetch times
@@ -22,7 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.models import Subscriber
-from newsletter.schedule import Preferences, due_now, missed
+from newsletter.schedule import Preferences, due_now, missed, zone_name
 from newsletter.store import Store
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ def preferences(subscriber: Subscriber, config: Config) -> Preferences:
     """A subscriber's schedule: their own hour and frequency when chosen, else the defaults."""
     s = config.settings.schedule
     return Preferences(
-        timezone=subscriber.timezone or s.timezone,
+        timezone=zone_name(subscriber.timezone, s.timezone),
         hour=s.send_hour if subscriber.send_hour is None else subscriber.send_hour,
         frequency=subscriber.frequency,
         weekday=s.weekly_weekday,

@@ -11,7 +11,7 @@
   steps 1b and 2 for these suffixes only), British ``-ise``, and a final ``e``. So "quantized",
   "quantizing", "quantization" and "quantise" are one word, while "distributed" and
   "distribution", or "general" and "generation", stay apart (full Porter2 would merge
-  "parallelism" with "parallel"; the judged set in ``tests/ranking/`` compares the variants).
+  "parallelism" with "parallel"; the judged set in ``tests/rank/relevance/`` compares the variants).
 * :func:`compound_parts` gives the words inside a title's CamelCase compounds ("NeRF" in
   "BirdNeRF"), which the ranker counts for one-word keywords.
 * :func:`abbreviations` finds "long form (SF)" definitions in a text with the Schwartz–Hearst
@@ -68,14 +68,15 @@ def counted(n: int, singular: str, plural: str | None = None) -> str:
 # ---------------------------------------------------------------------------- words
 
 _POSSESSIVE = re.compile(r"(?<=\w)['’]s\b")
-_TOKEN = re.compile(r"[^\W_]+")
+WORD_PATTERN = re.compile(r"[^\W_]+")
+"""A word as matching sees it: a run of letters and digits (no underscores, no hyphens)."""
 _WORD_CHARS = re.compile(r"\w+")
 
 
 def _raw_words(text: str) -> list[str]:
-    r"""``_TOKEN.findall(text)``: runs of letters and digits (``\w+`` is the same runs when the
-    text has no underscore, and a fifth faster)."""
-    return _WORD_CHARS.findall(text) if "_" not in text else _TOKEN.findall(text)
+    r"""``WORD_PATTERN.findall(text)``: runs of letters and digits (``\w+`` is the same runs when
+    the text has no underscore, and a fifth faster)."""
+    return _WORD_CHARS.findall(text) if "_" not in text else WORD_PATTERN.findall(text)
 
 
 _VOWELS = frozenset("aeiouy")
@@ -156,7 +157,8 @@ class _Words(dict[str, str]):
 
 WORD_CACHE = 131072
 """Distinct raw words whose keys are kept (a run's papers use some tens of thousands)."""
-_word = _Words().__getitem__
+word_key = _Words().__getitem__
+"""A raw word's key (folded, stemmed; an acronym keeps its letters): what tokens are made of."""
 
 
 def _strip(text: str) -> str:
@@ -174,7 +176,7 @@ def fold(text: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     """Normalized, stemmed word tokens; punctuation and hyphens separate words."""
-    return list(map(_word, _raw_words(_strip(text))))
+    return list(map(word_key, _raw_words(_strip(text))))
 
 
 _HUMP = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -196,7 +198,7 @@ def _word_parts(word: str) -> tuple[str, ...]:
         for j in range(i + 1, len(humps) + 1):
             part = "".join(humps[i:j])
             if part != word and len(part) >= MIN_PART and not part.isdigit():
-                parts.append(_word(part))
+                parts.append(word_key(part))
     return tuple(dict.fromkeys(parts))
 
 
@@ -236,7 +238,7 @@ def phrase_terms(phrase: str) -> tuple[tuple[str, ...], ...]:
 
 def author_key(name: str) -> str:
     """A name as followed-author matching compares it: folded words."""
-    return " ".join(_TOKEN.findall(fold(name)))
+    return " ".join(WORD_PATTERN.findall(fold(name)))
 
 
 def category_key(name: str) -> str:
@@ -377,10 +379,10 @@ def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str
             text = text[:start] + " " + text[end:]
         raws = _raw_words(_strip(text))
         if uses.keys().isdisjoint(raws):
-            out.append(list(map(_word, raws)))
+            out.append(list(map(word_key, raws)))
             continue
         # Every word read as usual, then each use replaced by its long form's tokens.
-        toks = list(map(_word, raws))
+        toks = list(map(word_key, raws))
         for i in reversed([i for i, raw in enumerate(raws) if uses.get(raw)]):
             toks[i : i + 1] = uses[raws[i]]
         out.append(toks)

@@ -208,7 +208,7 @@ def base_config(db_url: str, smtp: SmtpServer | None = None, **overrides: Any) -
         "subscribers": [],
         # Lexical ranking here: these tests' expectations are about keywords, and embedding every
         # fixture paper in each of them would double the suite's time. tests/semantic and
-        # tests/ranking/test_hybrid.py run semantic ranking; base_config(ranking=...) turns it on.
+        # tests/rank/relevance/test_hybrid.py run semantic ranking; base_config(ranking=...) turns it on.
         "ranking": {"semantic": False},
     }
     data.update(overrides)

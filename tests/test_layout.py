@@ -98,7 +98,7 @@ def test_each_send_stage_has_its_module() -> None:
     """A newcomer finds each stage by name: ingest, rank, render, plan, deliver, record."""
     for stage in (
         "ingest.py",
-        "rank.py",
+        "rank/ranker.py",
         "render.py",
         "edition/plan.py",
         "edition/build.py",

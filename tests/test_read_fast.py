@@ -17,19 +17,19 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from newsletter.profiles import STOPWORDS, ProfileSpace
 from newsletter.rank import Documents
+from newsletter.rank.profiles import STOPWORDS, ProfileSpace
 from newsletter.text import (
-    _TOKEN,
+    WORD_PATTERN,
     _best_long_form,
     _short_form,
     _strip,
-    _word,
     read_defined,
     tokenize,
+    word_key,
 )
 from newsletter.text import definitions as fast_definitions
-from tests.ranking.corpus import load_papers
+from tests.rank.relevance.corpus import load_papers
 
 _PAREN = re.compile(r"\(([^()]{1,24})\)")
 
@@ -71,12 +71,12 @@ def plain_read(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str]]
         for start, end in reversed(mine):
             text = text[:start] + " " + text[end:]
         toks: list[str] = []
-        for raw in _TOKEN.findall(_strip(text)):
+        for raw in WORD_PATTERN.findall(_strip(text)):
             long = uses.get(raw)
             if long:
                 toks.extend(long)
             else:
-                toks.append(_word(raw))
+                toks.append(word_key(raw))
         out.append(toks)
     return out, found
 

@@ -1,34 +1,30 @@
-"""The sender pool: N relay connections, a rate limit, retries, and each outcome in the ledger.
+"""The sender pool: N relay connections, a rate limit, and each outcome in the ledger.
 
-:func:`newsletter.edition.run_send` ranks and renders on the calling thread and hands each
-claimed, built message to a :class:`SendPool` through a bounded queue (memory stays flat). Each
-of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
+The run loop (:func:`newsletter.edition.loop.send_editions`) ranks and renders on its own thread
+and hands each claimed, built message to a :class:`SendPool` through a bounded queue (memory
+stays flat). Each of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
 :class:`~newsletter.deliver.Mailer`) and, per message:
 
 1. waits for the shared :class:`RateLimiter` (per second and per hour; slowed down further when
    the relay throttles);
 2. marks the edition ``sending`` in one compare-and-set that also checks the subscriber is still
    active and the claim still ours (suppression is checked at send time);
-3. hands the message to the relay and records the outcome in the ledger at once: ``sent``;
-   ``failed`` with the relay's answer after ``delivery.attempts`` tries with backoff on a fresh
-   connection (4xx, 552, drops); ``unknown`` when the line dropped after the final dot (RFC
-   1047), then re-sent once with the same Message-ID by default; a 5xx to RCPT counts towards
-   suppressing the address.
+3. hands the message to the relay and records ``sent`` in the ledger at once; a refusal is
+   turned into a step (retry after a backoff, slow down, re-send once, give up, suppress) by
+   :func:`newsletter.deliver.retry.next_step`, which holds every such rule; the pool applies it.
 
 A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
 the whole pool: messages not yet handed over are given back to the ledger, nothing is marked
 sent, and the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts``
-replies in a row that did not come within ``smtp.timeout``. An ``unknown`` edition whose reply
-timed out is left for the next run's one re-send instead of waiting again now.
+replies in a row that did not come within ``smtp.timeout``.
 
 Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
 are recorded, the queued ones are given back; :attr:`StopRequest.at_once
 <newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
 
-Why one module of this length: the pool, its ledger writer and the rate limiter share one
-ordering guarantee (each ``250`` recorded before its connection sends anything else, the
-claim's ``sending`` mark before the relay sees the message); kept together, it can be read and
-checked in one place.
+The pool and the rate limiter share one ordering guarantee (each ``250`` recorded before its
+connection sends anything else, the claim's ``sending`` mark before the relay sees the
+message), so they stay in one module.
 """
 
 from __future__ import annotations
@@ -46,25 +42,15 @@ from datetime import datetime, timedelta
 from newsletter.config import Config
 from newsletter.deliver.ledger import LedgerWriter, PendingWrite
 from newsletter.deliver.message import Envelope
+from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, next_step
 from newsletter.deliver.smtp import Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Subscriber
-from newsletter.render import RenderedDigest
+from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Outcome, Subscriber
 from newsletter.stopping import at_once
 from newsletter.store.protocol import SendStore
 from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)
-
-
-def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Seconds to wait after failed try number ``attempt`` (1-based): doubling, capped, jittered
-    by ``rng`` (a pool's own; pass a seeded one for a reproducible run)."""
-    delay: float = min(cap, base * 2 ** (attempt - 1))
-    return delay * (rng or _RNG).uniform(0.75, 1.0)  # jitter, not security
-
-
-_RNG = random.Random()
 
 
 class RateLimiter:
@@ -134,14 +120,10 @@ class Job:
     subscriber: Subscriber
     envelope: Envelope
     paper_ids: tuple[int, ...]
-    rendered: RenderedDigest | None = None
+    keep: object = None
+    """What the caller wants back with the outcome (the report keeps the rendered digest of
+    some sent editions); the pool does not look at it."""
 
-
-Outcome = str
-"""``sent``, ``failed``, ``suppressed`` (failed, and the address is now suppressed), ``unknown``,
-``resent`` (an ``unknown`` re-sent), ``resend_refused`` (a re-send of a message that may have
-arrived was refused: counted as delivered), ``retried``, ``throttled``, ``unsubscribed`` (not sent: no
-longer active at send time), ``lost`` (another run took the claim), ``released``."""
 
 RecordFn = Callable[[Outcome, Job, str | None], None]
 
@@ -165,6 +147,7 @@ class SendPool:
         self.rng = rng or random.Random()
         """Jitter for the backoff between retries (seed it for a reproducible run)."""
         self.delivery = config.settings.delivery
+        self.rules = RetryRules.of(self.delivery)
         self.store = store
         self.owner = owner
         self.clock = clock
@@ -321,7 +304,7 @@ class SendPool:
                 e,
                 exc_info=not database_away(e),
             )
-        self._note("released", job, error)
+        self._note(Outcome.RELEASED, job, error)
 
     def _stalled(self, e: DeliveryError | None) -> None:
         """Count consecutive timeouts (any answer from the relay resets the count); after
@@ -342,119 +325,40 @@ class SendPool:
         self.abort.set()
 
     def _deliver(self, mailer: Mailer, job: Job) -> None:
-        d = self.delivery
+        """Send one job until :func:`~newsletter.deliver.retry.next_step` says stop."""
         claim, sub = job.claim, job.subscriber
-        attempt = throttles = 0
         # an edition left unknown (or settled for a re-send) gets its one re-send now
-        resent = claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND)
-        if resent:
-            self._note("resent", job, None)
+        tries = Tries(resent=claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND))
+        if tries.resent:
+            self._note(Outcome.RESENT, job, None)
         while True:
-            if not self.limiter.acquire(self._aborted):
-                self._release(job)
-                return
-            if self._aborted():
+            if not self.limiter.acquire(self._aborted) or self._aborted():
                 self._release(job)
                 return
             began = self.ledger.call(LedgerOp("begin", claim.id, sub.id, self.owner))
             if began == "inactive":
-                self._note("unsubscribed", job)
+                self._note(Outcome.UNSUBSCRIBED, job)
                 return
             if began == "lost":
-                self._note("lost", job)
+                self._note(Outcome.ALREADY, job)
                 return
             try:
                 mailer.send(job.envelope)
             except DeliveryError as e:
                 self._stalled(e)
-                if e.ambiguous:
-                    # Unknown: the relay may have the message. Re-sent once, same Message-ID:
-                    # now if the line merely dropped, by the next run if the relay stalled
-                    # (another try would only wait as long); after that one re-send it is
-                    # held for the operator ('send --settle-unknown').
-                    status = EditionStatus.HELD if resent else EditionStatus.UNKNOWN
-                    reason = e.reason
-                    if resent:
-                        reason += (
-                            "; still unknown after its one re-send: settle it with "
-                            "'newsletter send --settle-unknown resend' (or drop)"
-                        )
-                    self.ledger.call(
-                        LedgerOp("mark", claim.id, sub.id, status=status, error=reason)
-                    )
-                    if (
-                        d.on_unknown == "resend"
-                        and not resent
-                        and not e.timed_out
-                        and not self._aborted()
-                    ):
-                        resent = True
-                        self._note("resent", job, e.reason)
-                        continue
-                    self._note("unknown", job, str(e))
-                    return
-                if e.temporary:
-                    # The relay refused it for now, so it does not have it: back to ``claimed``
-                    # (a kill during the wait must not make it look like it may have arrived).
-                    self.ledger.call(
-                        LedgerOp(
-                            "mark", claim.id, sub.id, status=EditionStatus.CLAIMED, error=e.reason
-                        )
-                    )
-                if e.throttled and throttles < d.throttle_retries:
-                    throttles += 1
-                    self.limiter.slow_down(
-                        backoff(throttles, d.retry_delay, d.retry_max_delay, self.rng)
-                    )
-                    self._note("throttled", job, str(e))
-                    continue
-                attempt += 1
-                if e.temporary and attempt < d.attempts:
-                    self._note("retried", job, str(e))
-                    if self._wait(backoff(attempt, d.retry_delay, d.retry_max_delay, self.rng)):
-                        self.store.release_edition(claim.id, error=e.reason)
-                        self._note("released", job, e.reason)
-                        return
-                    continue
-                tries = f" (after {attempt} tries)" if attempt > 1 else ""
-                error = f"{e.stage or 'SMTP'}: {e.reason}{tries}"
-                if claim.may_have_arrived and not e.temporary:
-                    # The first attempt's answer was lost (a crash, a dropped line): the relay
-                    # may have taken it, and a refused re-send says nothing about that one.
-                    error = (
-                        f"re-send refused ({error}); an earlier attempt with the same "
-                        "Message-ID may have been delivered: counted as delivered"
-                    )
-                    self.ledger.call(
-                        LedgerOp(
-                            "mark",
-                            claim.id,
-                            sub.id,
-                            status=EditionStatus.RESEND_REFUSED,
-                            error=error,
-                            paper_ids=job.paper_ids,
-                        )
-                    )
-                    if e.stage == "RCPT":
-                        self.ledger.call(
-                            LedgerOp(
-                                "permanent_failure", subscriber_id=sub.id, limit=d.suppress_after
-                            )
-                        )
-                    self._note("resend_refused", job, f"{sub.email}: {error}")
-                    return
-                self.ledger.call(
-                    LedgerOp("mark", claim.id, sub.id, status=EditionStatus.FAILED, error=error)
+                step = next_step(
+                    Refusal.of(e),
+                    tries,
+                    self.rules,
+                    may_have_arrived=claim.may_have_arrived,
+                    aborted=self._aborted(),
+                    address=sub.email,
+                    rng=self.rng,
                 )
-                suppressed = bool(
-                    not e.temporary
-                    and e.stage == "RCPT"
-                    and self.ledger.call(
-                        LedgerOp("permanent_failure", subscriber_id=sub.id, limit=d.suppress_after)
-                    )
-                )
-                self._note("suppressed" if suppressed else "failed", job, f"{sub.email}: {error}")
-                return
+                if not self._apply(step, job):
+                    return
+                tries = step.tries
+                continue
             self._stalled(None)
             # Not waited for here: the next transaction on this connection starts with a
             # ``begin`` call, applied after this mark (in order, often in the same commit), and
@@ -462,15 +366,47 @@ class SendPool:
             # recorded before the connection sends anything else.
             self._local.unrecorded = self.ledger.post(
                 LedgerOp(
+                    "mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids
+                )
+            )
+            self._note(Outcome.SENT, job)
+            return
+
+    def _apply(self, step: Step, job: Job) -> bool:
+        """Write ``step``'s mark, count it, and wait or slow down as it says; True to send again."""
+        claim, sub = job.claim, job.subscriber
+        if step.mark is not None:
+            papers = job.paper_ids if step.mark_papers else ()
+            self.ledger.call(
+                LedgerOp(
                     "mark",
                     claim.id,
                     sub.id,
-                    status=EditionStatus.SENT,
-                    paper_ids=job.paper_ids,
+                    status=step.mark,
+                    error=step.mark_error,
+                    paper_ids=papers,
                 )
             )
-            self._note("sent", job)
-            return
+        suppressed = step.permanent_failure and bool(
+            self.ledger.call(
+                LedgerOp(
+                    "permanent_failure",
+                    subscriber_id=sub.id,
+                    limit=self.delivery.suppress_after,
+                )
+            )
+        )
+        outcome = step.outcome
+        if outcome is Outcome.FAILED and suppressed:
+            outcome = Outcome.SUPPRESSED
+        self._note(outcome, job, step.error)
+        if step.then is Then.SLOW_DOWN:
+            self.limiter.slow_down(step.delay)
+        elif step.then is Then.RETRY and self._wait(step.delay):
+            self.store.release_edition(claim.id, error=step.mark_error)
+            self._note(Outcome.RELEASED, job, step.mark_error)
+            return False
+        return step.then is not Then.STOP
 
     def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless the run is stopped or aborted; True if it was."""

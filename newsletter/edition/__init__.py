@@ -5,9 +5,10 @@ scheduler's tick and the demo build a :class:`SendRequest` and call it; it sends
 process or queues the edition for the workers, and records the run either way.
 
 - :mod:`.request`: :class:`SendRequest`, validated once for every front end;
-- :mod:`.plan`: the pure planner (edition dates, who is left out, what a claim leads to);
+- :mod:`.policy`: :class:`SendPolicy`, the request and the settings a run follows, fixed once;
+- :mod:`.plan`: the pure planner (who is left out, what each ledger answer leads to: intents);
 - :mod:`.build`: rank → render → message (:class:`EditionBuilder`);
-- :mod:`.loop`: the run loop (claim, build, hand to :mod:`newsletter.deliver.pool`);
+- :mod:`.loop`: the applier (claim, build, hand to :mod:`newsletter.deliver.pool`, record);
 - :mod:`.run`: the run record, its log line and alerts (:class:`SendRun`);
 - :mod:`.report`: :class:`SendReport`, one serialization for both modes;
 - :mod:`.workers`: the Celery chunks and their enqueuer.
@@ -23,10 +24,11 @@ from typing import TYPE_CHECKING
 
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.loop import send_editions
-from newsletter.edition.plan import edition_date_for
+from newsletter.edition.policy import SendPolicy
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import BadSendRequest, SendRequest
 from newsletter.edition.run import SendRun
+from newsletter.schedule import edition_date_for
 from newsletter.services import Services
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ def send(
     (``progress`` follows it). Every run but a dry run is recorded in ``runs``, logged, and
     alerted on when the relay could not be used. ``request`` is validated here
     (:class:`BadSendRequest` says what is wrong)."""
-    request = request.validated(services.config)
+    request = request.validated(services.config, services.store)
     now = now or services.clock()
     if request.by_workers(services.config):
         from newsletter.edition.workers import send_with_workers
@@ -74,10 +76,13 @@ def send(
         )
         return SendOutcome(report, enqueued)
     if request.dry_run:
-        return SendOutcome(send_editions(services, now, request, progress=progress, stop=stop))
+        policy = SendPolicy.of(request, services.config)
+        return SendOutcome(send_editions(services, now, policy, progress=progress, stop=stop))
     with SendRun(services, now, request.kind) as run:
+        # the claims carry the recorded run's own name: one owner for the run and its editions
+        policy = SendPolicy.of(request, services.config, owner=run.owner)
         return SendOutcome(
-            run.finish(send_editions(services, now, request, progress=progress, stop=stop))
+            run.finish(send_editions(services, now, policy, progress=progress, stop=stop))
         )
 
 
@@ -85,6 +90,7 @@ __all__ = [
     "BadSendRequest",
     "EditionBuilder",
     "SendOutcome",
+    "SendPolicy",
     "SendReport",
     "SendRequest",
     "Services",

@@ -12,32 +12,47 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from newsletter.config import Settings
+from newsletter.config import Config
 from newsletter.models import Digest, DigestItem, Paper, TopicSection
-from newsletter.rank import Ranker
+from newsletter.rank.builder import build_ranker
+from newsletter.semantic.vectors import VectorSource
 from newsletter.store.protocol import StoreProtocol
 
 
 def sent_digest(
-    settings: Settings, store: StoreProtocol, subscriber_id: int, edition_date: date
+    config: Config,
+    store: StoreProtocol,
+    subscriber_id: int,
+    edition_date: date,
+    *,
+    vectors: VectorSource | None = None,
 ) -> Digest | None:
     """The digest a subscriber was sent for ``edition_date``, with every paper it carried, or
-    ``None`` when no such edition was delivered."""
+    ``None`` when no such edition was delivered. Ranked as the send ranked it
+    (:func:`~newsletter.rank.builder.build_ranker`, ``vectors`` as there), with the votes the
+    reader had cast by then."""
+    settings = config.settings
     sub = store.subscriber_by_id(subscriber_id)
     record = store.edition_for(subscriber_id, edition_date)
     if sub is None or record is None or not record.status.delivered:
         return None
     papers = store.edition_papers(record.id)
-    ranker = Ranker(settings.topics, papers, record.finished or record.claimed)
-    order = [*sub.topics, *(t.name for t in settings.topics if t.name not in sub.topics)]
+    sent_at = record.finished or record.claimed
+    ranker = build_ranker(config, store, papers, sent_at, vectors=vectors)
+    votes = [v for v in store.votes_for([sub.id]).get(sub.id, ()) if v.created_at <= sent_at]
+    most = max(len(papers), 1)
+    # The reader's topics pick first, as in the send; the others (the reader's topics changed
+    # since) only take what is left, then "Also in this edition" the rest.
     sections = list(
         ranker.sections(
-            order,
-            max_items=max(len(papers), 1),
-            group_by_topic=settings.digest.group_by_topic,
+            sub.topics, max_items=most, group_by_topic=settings.digest.group_by_topic, votes=votes
         )
     )
     placed = {i.paper.id for s in sections for i in s.items}
+    others = [t.name for t in settings.topics if t.name not in sub.topics]
+    if others and len(placed) < len(papers):
+        sections.extend(ranker.sections(others, exclude_ids=placed, max_items=most))
+        placed = {i.paper.id for s in sections for i in s.items}
     rest = [p for p in papers if p.id not in placed]
     if rest:  # the topics changed since: keep every paper the mail carried
         items = tuple(DigestItem(p, "", 0.0, "in this edition") for p in rest)
@@ -73,13 +88,20 @@ def day_bounds(day: date, timezone: str) -> tuple[datetime, datetime]:
 
 
 def trending_on(
-    settings: Settings, store: StoreProtocol, day: date, *, per_topic: int = 10
+    config: Config,
+    store: StoreProtocol,
+    day: date,
+    *,
+    per_topic: int = 10,
+    vectors: VectorSource | None = None,
 ) -> DayPage:
-    """The papers first seen on ``day`` (in ``schedule.timezone``), ranked per topic."""
+    """The papers first seen on ``day`` (in ``schedule.timezone``), ranked per topic as every
+    reader without votes would get them (:func:`~newsletter.rank.builder.build_ranker`)."""
+    settings = config.settings
     tz = settings.schedule.timezone
     start, end = day_bounds(day, tz)
     papers: list[Paper] = store.papers_first_seen_between(start, end)
-    ranker = Ranker(settings.topics, papers, end)
+    ranker = build_ranker(config, store, papers, end, vectors=vectors)
     sections = ranker.sections(
         [t.name for t in settings.topics], max_items=per_topic, group_by_topic=True
     )

@@ -20,10 +20,10 @@ from newsletter.deliver import (
     build_message,
 )
 from newsletter.deliver.dkim import maybe_sign
-from newsletter.examples import profile_examples
 from newsletter.feedback import FeedbackLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
+from newsletter.rank.builder import build_ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
@@ -37,17 +37,10 @@ def day_ranker(
     config: Config, store: SendStore, now: datetime, vectors: VectorSource | None = None
 ) -> tuple[list[Paper], Ranker]:
     """The papers first seen within ``digest.lookback_days`` of ``now`` and the ranker over
-    them, with the configured topics and the examples reader profiles use (what ``newsletter
-    send``, ``rank`` and ``preview`` all rank with). ``vectors`` gives the embedding vectors
-    of semantic ranking (stored ones, else the model's; default: a source over ``store``);
-    when semantic matching is off, ranking is lexical."""
+    them (:func:`~newsletter.rank.builder.build_ranker`, with ``vectors``): what ``newsletter
+    send``, ``rank`` and ``preview`` all rank with."""
     papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
-    examples = profile_examples(config, store, papers, now)
-    vectors = vectors or VectorSource(config, store, lambda: now)
-    topics = config.settings.topics
-    semantic = vectors.semantic(papers, topics, examples) if papers and topics else None
-    ranker = Ranker(topics, papers, now, examples=examples, semantic=semantic)
-    return papers, ranker
+    return papers, build_ranker(config, store, papers, now, vectors=vectors)
 
 
 HISTORY_MARGIN = timedelta(days=2)

@@ -1,91 +1,279 @@
-"""The run loop: one edition per subscriber and date, end to end.
+"""The applier: a send run as policy → plan → apply, one batch of subscribers at a time.
 
-For each chosen subscriber (:mod:`.plan`): claim the ledger row ``(subscriber, edition_date)``
-→ decide (:func:`.plan.after_claim`) → rank, render, build (:mod:`.build`) → the sender pool
-(:mod:`newsletter.deliver.pool`) checks the subscriber is still active, hands the message to
-the relay and records the outcome. Subscribers are streamed in batches and messages wait in a
-bounded queue, so memory does not grow with their number.
+:func:`send_editions` fixes the run's :class:`~newsletter.edition.policy.SendPolicy`, then for
+each batch of active subscribers: :func:`~newsletter.edition.plan.choose` picks who gets an
+edition, the ledger answers (claims, or the statuses a dry run reads),
+:func:`~newsletter.edition.plan.batch` turns them into intents, and :class:`Applier` carries
+each intent out: build the digest (:mod:`.build`), hand the message to the sender pool
+(:mod:`newsletter.deliver.pool`, which records the outcome), or record the skip. Every count
+goes through :meth:`SendReport.count <newsletter.edition.report.SendReport.count>`.
+Subscribers are streamed in batches and messages wait in a bounded queue, so memory does not
+grow with their number.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 
 from newsletter.deliver import make_message_id
-from newsletter.deliver.ledger import owner_gone, run_owner
-from newsletter.deliver.pool import Job, Outcome, SendPool
+from newsletter.deliver.ledger import owner_gone
+from newsletter.deliver.pool import Job, SendPool
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.plan import (
     AlreadySent,
+    Answers,
+    Claimed,
+    DryRun,
+    Intent,
     Skip,
-    after_claim,
+    batch,
     choose,
-    is_in_flight,
-    is_settled,
 )
+from newsletter.edition.policy import SendPolicy
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import SendRequest
-from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
+from newsletter.models import (
+    EditionClaim,
+    EditionStatus,
+    Outcome,
+    Subscriber,
+    SubscriberStatus,
+    Vote,
+)
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 
-log = logging.getLogger(__name__)
-
-CLAIM_CHUNK = 50
-"""Subscribers claimed per ledger transaction."""
+NOTHING_NEW = "nothing new in the subscriber's topics"
 
 
-def _batches(
-    store: SendStore, to: str | None, subscriber_ids: Sequence[int] | None
-) -> Iterator[list[Subscriber]]:
-    if subscriber_ids is None:
-        yield from store.iter_subscribers(SubscriberStatus.ACTIVE, email=to, batch=500)
+def _subscribers(store: SendStore, policy: SendPolicy) -> Iterator[list[Subscriber]]:
+    """The active subscribers the policy names, in batches of 500."""
+    if policy.subscriber_ids is None:
+        yield from store.iter_subscribers(SubscriberStatus.ACTIVE, email=policy.to, batch=500)
         return
-    ids = sorted(set(subscriber_ids))
+    ids = sorted(set(policy.subscriber_ids))
     for start in range(0, len(ids), 500):
         yield from store.iter_subscribers(
-            SubscriberStatus.ACTIVE, email=to, batch=500, ids=ids[start : start + 500]
+            SubscriberStatus.ACTIVE, email=policy.to, batch=500, ids=ids[start : start + 500]
         )
 
 
-def _tally(report: SendReport, outcome: Outcome, job: Job, error: str | None, keep: int) -> None:
-    """Count one sender outcome in the report (called under the pool's lock)."""
-    if outcome == "sent":
-        report.sent += 1
-        if job.rendered is not None and len(report.rendered) < keep:
-            report.rendered.append((job.subscriber.email, job.rendered))
-    elif outcome in ("failed", "suppressed"):
-        report.failed += 1
-        report.suppressed += outcome == "suppressed"
-        report.error(error or job.subscriber.email)
-        log.warning("edition for %s failed: %s", job.subscriber.email, error)
-    elif outcome == "unknown":
-        report.unknown += 1
-        report.error(error or job.subscriber.email)
-    elif outcome == "resent":
-        report.resent += 1
-    elif outcome == "resend_refused":
-        report.resend_refused += 1
-        report.error(error or job.subscriber.email)
-    elif outcome == "retried":
-        report.retried += 1
-    elif outcome == "throttled":
-        report.throttled += 1
-    elif outcome == "unsubscribed":
-        report.unsubscribed += 1
-    elif outcome == "lost":
-        report.already += 1
-    elif outcome == "released":
-        report.released += 1
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the applier reads once per batch: papers already sent, votes, last editions."""
+
+    sent: Mapping[int, set[int]]
+    votes: Mapping[int, tuple[Vote, ...]]
+    last_sent: Mapping[int, datetime]
+
+
+class Stopped(Exception):
+    """The run was asked to stop (or the pool aborted) between two intents."""
+
+
+class Applier:
+    """Carries a run's intents out: claims, builds, submits, records (see the module doc)."""
+
+    def __init__(
+        self,
+        services: Services,
+        now: datetime,
+        policy: SendPolicy,
+        builder: EditionBuilder,
+        *,
+        progress: ProgressFn | None,
+        stop: threading.Event | None,
+        claim_clock: Callable[[], datetime] | None,
+    ) -> None:
+        self.services, self.store, self.now = services, services.store, now
+        self.policy, self.builder = policy, builder
+        self.progress, self.stop, self.claim_clock = progress, stop, claim_clock
+        self.report = SendReport(dry_run=policy.dry_run)
+        self.pool: SendPool | None = None
+        self.t0 = services.monotonic()
+
+    def clock(self) -> datetime:
+        """When claims and marks happen: the wall clock for a worker's chunk (every chunk of an
+        edition shares one ``now``), else ``now`` plus the time this run has taken."""
+        if self.claim_clock is not None:
+            return self.claim_clock()
+        return self.now + timedelta(seconds=self.services.monotonic() - self.t0)
+
+    def stopping(self) -> bool:
+        pool = self.pool
+        return (self.stop is not None and self.stop.is_set()) or (
+            pool is not None and pool.abort.is_set()
+        )
+
+    # ------------------------------------------------------------------ reading and claiming
+
+    def facts(self, wanted: Sequence[tuple[Subscriber, date]]) -> Facts:
+        ids = [sub.id for sub, _ in wanted]
+        p = self.policy
+        return Facts(
+            self.store.sent_paper_ids(ids, since=self.builder.history_since),
+            self.store.votes_for(ids),
+            self.store.last_sent(ids) if p.skip_quiet else {},
+        )
+
+    def answers(
+        self, chunk: Sequence[tuple[Subscriber, date]], facts: Facts
+    ) -> tuple[Answers, dict[int, set[int]]]:
+        """The ledger's answers for ``chunk`` and the papers each reader's digest leaves out.
+
+        A dry run claims nothing: it reads the ledger to say what a real run would skip. A forced
+        run takes the edition over (its papers may be sent again); any other run claims the
+        chunk in one transaction (one writer lock instead of one per subscriber)."""
+        p, store = self.policy, self.store
+        exclude = {sub.id: facts.sent[sub.id] for sub, _ in chunk}
+        if p.dry_run:
+            statuses = (
+                {} if p.force else store.edition_statuses(list(exclude), {d for _, d in chunk})
+            )
+            return Answers(statuses=statuses), exclude
+        if p.force:
+            claims: dict[int, EditionClaim | None] = {}
+            for sub, day in chunk:
+                claim, earlier = store.force_edition(
+                    sub.id, day, make_message_id(p.message_domain), self.clock(), owner=p.owner
+                )
+                claims[sub.id] = claim
+                exclude[sub.id] = exclude[sub.id] - set(earlier)
+            return Answers(claims=claims), exclude
+        got = store.claim_editions(
+            [(sub.id, day, make_message_id(p.message_domain)) for sub, day in chunk],
+            self.clock(),
+            owner=p.owner,
+            lease=p.lease,
+            owner_gone=owner_gone,
+            resend_unknown=p.resend_unknown,
+        )
+        return Answers(claims=dict(zip([sub.id for sub, _ in chunk], got, strict=True))), exclude
+
+    # ------------------------------------------------------------------ the intents
+
+    def apply(self, intent: Intent, exclude: set[int], votes: tuple[Vote, ...]) -> None:
+        report, p = self.report, self.policy
+        sub = intent.subscriber
+        report.considered += 1
+        report.dates.add(intent.edition_date)
+        if isinstance(intent, AlreadySent):
+            report.count(Outcome.ALREADY, address=sub.email)
+            return
+        if isinstance(intent, Claimed | Skip):
+            report.resumed += int(intent.claim.resumed)
+        if isinstance(intent, Skip):
+            self.store.mark_edition(
+                intent.claim.id, EditionStatus.SKIPPED, self.clock(), error=intent.reason
+            )
+            report.count(Outcome.NO_LISTING, address=sub.email)
+            report.no_listing_reason = intent.reason
+            return
+        digest = self.builder.digest(
+            sub, intent.edition_date, exclude, only_topic=p.topic, votes=votes
+        )
+        if digest.is_empty and p.empty_skips:
+            if isinstance(intent, Claimed):
+                self.store.mark_edition(
+                    intent.claim.id, EditionStatus.SKIPPED, self.clock(), error=NOTHING_NEW
+                )
+            report.count(Outcome.EMPTY, address=sub.email)
+            return
+        rendered, links = self.builder.render(digest)
+        if isinstance(intent, DryRun):
+            report.count(Outcome.DRY_RUN, address=sub.email, rendered=rendered)
+            return
+        envelope = self.builder.envelope(digest, rendered, links, intent.claim.message_id)
+        papers = tuple(i.paper.id for i in digest.items)
+        keep = rendered if p.keep_rendered else None
+        self.sender().submit(Job(intent.claim, sub, envelope, papers, keep))
+        if self.progress is not None:
+            self.progress(report)
+
+    def sender(self) -> SendPool:
+        """The sender pool, started with the run's first message."""
+        if self.pool is None:
+            report, keep = self.report, self.policy.keep_rendered
+            self.pool = SendPool(
+                self.services.config,
+                self.store,
+                owner=self.policy.owner,
+                clock=self.clock,
+                mailer_factory=self.services.mailer_factory,
+                record=lambda o, j, e: report.count(
+                    o, address=j.subscriber.email, error=e, rendered=j.keep, keep=keep
+                ),
+                stop=self.stop,
+                rng=self.services.rng,
+            )
+        return self.pool
+
+    def release(self, intents: Sequence[Intent]) -> None:
+        """Give back the claims of intents never carried out (the run stopped)."""
+        for left in intents:
+            if isinstance(left, Claimed | Skip):
+                self.store.release_edition(left.claim.id, error="the run stopped before sending")
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> SendReport:
+        p, report = self.policy, self.report
+        if p.to is None and p.subscriber_ids is None:
+            report.total = self.store.count_subscribers(SubscriberStatus.ACTIVE)
+        elif p.subscriber_ids is not None:
+            report.total = len(set(p.subscriber_ids))
+        try:
+            self._batches()
+        except Stopped:
+            report.stopped = self.pool is None or self.pool.relay_error is None
+        finally:
+            if self.pool is not None:
+                try:
+                    self.pool.close()
+                finally:
+                    report.relay_error = self.pool.relay_error
+                    if self.stop is not None and self.stop.is_set():
+                        report.stopped = True
+            report.duration = self.services.monotonic() - self.t0
+            if self.progress is not None and not p.dry_run:
+                self.progress(report)
+        return report
+
+    def _batches(self) -> None:
+        p, report = self.policy, self.report
+        for subscribers in _subscribers(self.store, p):
+            choice = choose(
+                subscribers, self.now, topic=p.topic, due=p.due, default_zone=p.default_zone
+            )
+            report.other_topics += choice.other_topics
+            report.not_due += choice.not_due
+            if not choice.wanted:
+                continue
+            facts = self.facts(choice.wanted)
+            size = len(choice.wanted) if p.dry_run else p.claim_chunk
+            for start in range(0, len(choice.wanted), size):
+                if self.stopping():
+                    raise Stopped
+                chunk = choice.wanted[start : start + size]
+                answers, exclude = self.answers(chunk, facts)
+                intents = batch(
+                    chunk, answers, self.now, dry_run=p.dry_run, last_sent=facts.last_sent
+                )
+                for at, intent in enumerate(intents):
+                    if self.stopping():
+                        self.release(intents[at:])
+                        raise Stopped
+                    sub_id = intent.subscriber.id
+                    self.apply(intent, exclude[sub_id], facts.votes.get(sub_id, ()))
 
 
 def send_editions(
     services: Services,
     now: datetime,
-    request: SendRequest,
+    request: SendRequest | SendPolicy,
     *,
     builder: EditionBuilder | None = None,
     progress: ProgressFn | None = None,
@@ -94,169 +282,25 @@ def send_editions(
 ) -> SendReport:
     """Send the edition of ``now`` to every subscriber ``request`` names who has not had it.
 
-    Records no run (:func:`newsletter.edition.send` does); ``request`` is taken as validated.
-    This thread claims, ranks, renders and builds; a :class:`~newsletter.deliver.pool.SendPool`
-    of ``smtp.pool_size`` connections sends and records each outcome. ``progress`` is called on
-    this thread with the report as it fills. ``stop`` is checked between messages: a SIGTERM
-    finishes the messages in flight, gives the queued ones back to the ledger, then stops.
+    Records no run (:func:`newsletter.edition.send` does). This thread claims, ranks, renders
+    and builds; a :class:`~newsletter.deliver.pool.SendPool` of ``smtp.pool_size`` connections
+    sends and records each outcome. ``progress`` is called on this thread with the report as it
+    fills. ``stop`` is checked between messages: a SIGTERM finishes the messages in flight,
+    gives the queued ones back to the ledger, then stops.
 
     ``claim_clock`` stamps the claims (default: ``now`` plus the time this run has taken);
     workers pass the wall clock, since every chunk of an edition shares one ``now``.
     ``builder`` reuses the papers, ranker and templates loaded for an earlier run with the same
     ``now`` (a worker's next chunk of the same edition).
     """
-    config, store = services.config, services.store
-    to, topic, force, dry_run = request.to, request.topic, request.force, request.dry_run
-    keep_rendered = request.keep_rendered
-    if force and to is None:
-        raise ValueError("force re-sends one subscriber's edition: give the address")
-    builder = builder or EditionBuilder(services, now)
-    report = SendReport(dry_run=dry_run)
-    if to is None and request.subscriber_ids is None:
-        report.total = store.count_subscribers(SubscriberStatus.ACTIVE)
-    elif request.subscriber_ids is not None:
-        report.total = len(set(request.subscriber_ids))
-    owner = run_owner()
-    domain = config.settings.sender.message_domain
-    skip_quiet = config.settings.schedule.no_listing == "skip"
-    lease = timedelta(seconds=config.settings.delivery.claim_lease)
-    resend_unknown = config.settings.delivery.on_unknown == "resend"
-    empty_skips = config.settings.digest.empty == "skip"
-    t0 = services.monotonic()
-
-    def clock() -> datetime:
-        if claim_clock is not None:
-            return claim_clock()
-        return now + timedelta(seconds=services.monotonic() - t0)
-
-    pool: SendPool | None = None
-
-    def stopping() -> bool:
-        return (stop is not None and stop.is_set()) or (pool is not None and pool.abort.is_set())
-
-    try:
-        for batch in _batches(store, to, request.subscriber_ids):
-            choice = choose(batch, now, topic=topic, due=request.due)
-            report.other_topics += choice.other_topics
-            report.not_due += choice.not_due
-            if not choice.wanted:
-                continue
-            ids = [sub.id for sub, _ in choice.wanted]
-            sent_ids = store.sent_paper_ids(ids, since=builder.history_since)
-            votes = store.votes_for(ids)
-            last = store.last_sent(ids) if skip_quiet and not force else {}
-            # A dry run claims nothing: it reads the ledger to say what a real run would skip.
-            ledger = (
-                store.edition_statuses(ids, {d for _, d in choice.wanted})
-                if dry_run and not force
-                else {}
-            )
-            claims: dict[int, EditionClaim | None] = {}
-            for at, (sub, edition_date) in enumerate(choice.wanted):
-                if stopping():
-                    report.stopped = pool is None or pool.relay_error is None
-                    for left in claims.values():  # claimed here, never queued: give them back
-                        if left is not None:
-                            store.release_edition(left.id, error="the run stopped before sending")
-                    return report
-                report.considered += 1
-                report.dates.add(edition_date)
-                if dry_run:
-                    status = ledger.get((sub.id, edition_date))
-                    if is_settled(status) or is_in_flight(status):
-                        report.already += 1  # the claim a real run makes would be refused
-                        continue
-                    digest = builder.digest(
-                        sub,
-                        edition_date,
-                        sent_ids[sub.id],
-                        only_topic=topic,
-                        votes=votes.get(sub.id, ()),
-                    )
-                    if digest.is_empty and empty_skips:
-                        report.empty += 1
-                    else:
-                        rendered, _ = builder.render(digest)
-                        report.rendered.append((sub.email, rendered))
-                    continue
-                if force:
-                    claim, earlier = store.force_edition(
-                        sub.id, edition_date, make_message_id(domain), clock(), owner=owner
-                    )
-                    maybe: EditionClaim | None = claim
-                    exclude = sent_ids[sub.id] - set(earlier)
-                else:
-                    if sub.id not in claims:
-                        # Claim the next few subscribers in one transaction (one writer lock
-                        # instead of one per subscriber); still claimed before anything is sent.
-                        chunk = choice.wanted[at : at + CLAIM_CHUNK]
-                        got = store.claim_editions(
-                            [(c.id, d, make_message_id(domain)) for c, d in chunk],
-                            clock(),
-                            owner=owner,
-                            lease=lease,
-                            owner_gone=owner_gone,
-                            resend_unknown=resend_unknown,
-                        )
-                        claims = dict(zip([c.id for c, _ in chunk], got, strict=True))
-                    maybe, exclude = claims.pop(sub.id), sent_ids[sub.id]
-                decision = after_claim(maybe, now, last.get(sub.id))
-                if isinstance(decision, AlreadySent):
-                    report.already += 1
-                    continue
-                claim = decision.claim
-                report.resumed += int(claim.resumed)
-                if isinstance(decision, Skip):
-                    store.mark_edition(
-                        claim.id, EditionStatus.SKIPPED, clock(), error=decision.reason
-                    )
-                    report.no_listing += 1
-                    report.no_listing_reason = decision.reason
-                    continue
-                digest = builder.digest(
-                    sub, edition_date, exclude, only_topic=topic, votes=votes.get(sub.id, ())
-                )
-                if digest.is_empty and empty_skips:
-                    store.mark_edition(
-                        claim.id,
-                        EditionStatus.SKIPPED,
-                        clock(),
-                        error="nothing new in the subscriber's topics",
-                    )
-                    report.empty += 1
-                    continue
-                rendered, links = builder.render(digest)
-                envelope = builder.envelope(digest, rendered, links, claim.message_id)
-                job = Job(
-                    claim,
-                    sub,
-                    envelope,
-                    tuple(i.paper.id for i in digest.items),
-                    rendered if keep_rendered else None,
-                )
-                if pool is None:
-                    pool = SendPool(
-                        config,
-                        store,
-                        owner=owner,
-                        clock=clock,
-                        mailer_factory=services.mailer_factory,
-                        record=lambda o, j, e: _tally(report, o, j, e, keep_rendered),
-                        stop=stop,
-                        rng=services.rng,
-                    )
-                pool.submit(job)
-                if progress is not None:
-                    progress(report)
-    finally:
-        if pool is not None:
-            try:
-                pool.close()
-            finally:
-                report.relay_error = pool.relay_error
-                if stop is not None and stop.is_set():
-                    report.stopped = True
-        report.duration = services.monotonic() - t0
-        if progress is not None and not dry_run:
-            progress(report)
-    return report
+    policy = request if isinstance(request, SendPolicy) else SendPolicy.of(request, services.config)
+    applier = Applier(
+        services,
+        now,
+        policy,
+        builder or EditionBuilder(services, now),
+        progress=progress,
+        stop=stop,
+        claim_clock=claim_clock,
+    )
+    return applier.run()

@@ -1,30 +1,32 @@
-"""The planner: who gets an edition now, and what to do once its ledger row is claimed.
+"""The planner: who gets an edition now, and what each one's ledger answer leads to.
 
-Pure functions over what the run already holds (subscribers, the time, the ledger's answers):
-no database, no clock, no relay, so every rule of "send, skip or leave alone" is tested
-without any of them (reader's ``Decider`` idea). The run loop (:mod:`.loop`) and the workers'
-enqueuer (:mod:`.workers`) both choose through :func:`choose`, so the edition date, the topic
-filter and the due filter are decided in one place.
+Pure functions over what the run already holds (the policy, subscribers, the time, the
+ledger's answers): no database, no clock, no relay, so every rule of "send, skip or leave
+alone" is tested without any of them (reader's ``Decider`` idea). The applier (:mod:`.loop`)
+and the workers' enqueuer (:mod:`.workers`) both choose through :func:`choose`, so the edition
+date, the topic filter and the due filter are decided in one place.
 
-The decisions, in order:
+The pipeline, for each batch of active subscribers:
 
 1. :func:`choose`: not following the run's topic (``other_topics``) or not due now
-   (``not_due``) → left out; the rest get their edition date (:func:`edition_date_for`).
-2. The ledger claim (an effect, in :mod:`newsletter.store.ledger`): a row already sent,
-   skipped or held by a live run → :class:`AlreadySent`.
-3. :func:`after_claim`: no new listing since the last edition and ``schedule.no_listing:
-   skip`` → :class:`Skip` with the reason; otherwise → :class:`Claimed` (build and send).
+   (``not_due``) → left out; the rest get their edition date
+   (:func:`newsletter.schedule.edition_date_for`).
+2. The ledger answers (an effect, in the applier): a real run claims the editions, a dry run
+   reads their statuses.
+3. :func:`batch` turns the chosen subscribers and those answers into one intent each:
+   :class:`Claimed` (build and send), :class:`Skip` (record ``skipped`` with the reason: no new
+   listing since the last edition under ``schedule.no_listing: skip``), :class:`DryRun`
+   (build and show) or :class:`AlreadySent` (sent, skipped or being sent elsewhere).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from zoneinfo import ZoneInfo
 
 from newsletter.models import EditionClaim, EditionStatus, Subscriber
-from newsletter.schedule import listing_gap
+from newsletter.schedule import edition_date_for, listing_gap
 
 SETTLED = frozenset(
     {
@@ -39,11 +41,6 @@ SETTLED = frozenset(
 """Ledger states no run acts on again (``unknown`` and ``resend`` are re-sent once)."""
 IN_FLIGHT = frozenset({EditionStatus.CLAIMED, EditionStatus.SENDING})
 """Ledger states of an edition some run is working on."""
-
-
-def edition_date_for(subscriber: Subscriber, now: datetime) -> date:
-    """The edition date (the ledger's key): the subscriber's local calendar date at ``now``."""
-    return now.astimezone(ZoneInfo(subscriber.timezone)).date()
 
 
 @dataclass
@@ -64,8 +61,10 @@ def choose(
     *,
     topic: str | None = None,
     due: Callable[[Subscriber], bool] | None = None,
+    default_zone: str = "UTC",
 ) -> Choice:
-    """The subscribers of ``batch`` whose edition this run makes, with their edition dates."""
+    """The subscribers of ``batch`` whose edition this run makes, with their edition dates
+    (in their own zone, else ``default_zone``: the config's ``schedule.timezone``)."""
     out = Choice()
     for sub in batch:
         if topic is not None and topic not in sub.topics:
@@ -73,14 +72,16 @@ def choose(
         elif due is not None and not due(sub):
             out.not_due += 1
         else:
-            out.wanted.append((sub, edition_date_for(sub, now)))
+            out.wanted.append((sub, edition_date_for(sub, now, default_zone)))
     return out
 
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """Build the digest and send it."""
+    """The edition is this run's: build the digest and send it."""
 
+    subscriber: Subscriber
+    edition_date: date
     claim: EditionClaim
 
 
@@ -88,31 +89,69 @@ class Claimed:
 class Skip:
     """Record the edition as ``skipped`` with ``reason`` and send nothing."""
 
+    subscriber: Subscriber
+    edition_date: date
     claim: EditionClaim
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """Build the digest to show it; claim and send nothing."""
+
+    subscriber: Subscriber
+    edition_date: date
 
 
 @dataclass(frozen=True, slots=True)
 class AlreadySent:
     """The edition is sent, skipped, or being sent by another run: leave it alone."""
 
+    subscriber: Subscriber
+    edition_date: date
 
-Decision = Claimed | Skip | AlreadySent
+
+Intent = Claimed | Skip | DryRun | AlreadySent
 
 
-def after_claim(
-    claim: EditionClaim | None, now: datetime, last_sent: datetime | None = None
-) -> Decision:
-    """What to do with an edition once the ledger answered its claim.
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """The ledger's answers for one batch: the claims of a real run (``None``: refused), or the
+    statuses a dry run read."""
 
-    ``claim`` is ``None`` when the ledger refused it (the edition is someone else's or done).
-    ``last_sent`` is when the subscriber's previous edition went out, given only when quiet days
-    are skipped (``schedule.no_listing: skip``) and the run is not forced."""
-    if claim is None:
-        return AlreadySent()
-    if last_sent is not None and (gap := listing_gap(now, last_sent)) is not None:
-        return Skip(claim, gap)
-    return Claimed(claim)
+    claims: Mapping[int, EditionClaim | None] = field(default_factory=dict)
+    statuses: Mapping[tuple[int, date], EditionStatus] = field(default_factory=dict)
+
+
+def batch(
+    wanted: Sequence[tuple[Subscriber, date]],
+    answers: Answers,
+    now: datetime,
+    *,
+    dry_run: bool = False,
+    last_sent: Mapping[int, datetime] | None = None,
+) -> list[Intent]:
+    """One intent for each chosen subscriber of a batch, in order.
+
+    ``last_sent`` is when each subscriber's previous edition went out, given only when quiet
+    days are skipped (``schedule.no_listing: skip``) and the run is not forced."""
+    out: list[Intent] = []
+    for sub, day in wanted:
+        if dry_run:
+            # the claim a real run makes would be refused for a settled or held edition
+            status = answers.statuses.get((sub.id, day))
+            gone = is_settled(status) or is_in_flight(status)
+            out.append(AlreadySent(sub, day) if gone else DryRun(sub, day))
+            continue
+        claim = answers.claims.get(sub.id)
+        last = (last_sent or {}).get(sub.id)
+        if claim is None:
+            out.append(AlreadySent(sub, day))
+        elif last is not None and (gap := listing_gap(now, last)) is not None:
+            out.append(Skip(sub, day, claim, gap))
+        else:
+            out.append(Claimed(sub, day, claim))
+    return out
 
 
 def is_settled(status: EditionStatus | None) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import ClassVar
 
+from newsletter.models import Outcome
 from newsletter.render import RenderedDigest
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,58 @@ class SendReport:
             self.errors.append(line)
         else:
             self.more_errors += 1
+
+    FIELD: ClassVar[dict[Outcome, str]] = {
+        Outcome.SENT: "sent",
+        Outcome.FAILED: "failed",
+        Outcome.SUPPRESSED: "failed",
+        Outcome.UNKNOWN: "unknown",
+        Outcome.RESENT: "resent",
+        Outcome.RESEND_REFUSED: "resend_refused",
+        Outcome.RETRIED: "retried",
+        Outcome.THROTTLED: "throttled",
+        Outcome.UNSUBSCRIBED: "unsubscribed",
+        Outcome.ALREADY: "already",
+        Outcome.RELEASED: "released",
+        Outcome.EMPTY: "empty",
+        Outcome.NO_LISTING: "no_listing",
+    }
+    """The count each outcome adds one to (a dry run's rendered digests are kept, not counted)."""
+
+    ERRORS: ClassVar[frozenset[Outcome]] = frozenset(
+        {Outcome.FAILED, Outcome.SUPPRESSED, Outcome.UNKNOWN, Outcome.RESEND_REFUSED}
+    )
+    """The outcomes whose error line the report keeps."""
+
+    def count(
+        self,
+        outcome: Outcome,
+        *,
+        address: str = "",
+        error: str | None = None,
+        rendered: object = None,
+        keep: int = 0,
+    ) -> None:
+        """Count one ``outcome`` for ``address``: its count, its error line, and (sent, or a dry
+        run) its rendered digest while fewer than ``keep`` are kept (a dry run keeps every one)."""
+        if outcome is Outcome.DRY_RUN:
+            if isinstance(rendered, RenderedDigest):
+                self.rendered.append((address, rendered))
+            return
+        name = self.FIELD[outcome]
+        setattr(self, name, getattr(self, name) + 1)
+        if outcome is Outcome.SUPPRESSED:
+            self.suppressed += 1
+        if outcome in self.ERRORS:
+            self.error(error or address)
+            if outcome in (Outcome.FAILED, Outcome.SUPPRESSED):
+                log.warning("edition for %s failed: %s", address, error)
+        if (
+            outcome is Outcome.SENT
+            and isinstance(rendered, RenderedDigest)
+            and len(self.rendered) < keep
+        ):
+            self.rendered.append((address, rendered))
 
     COUNTS: ClassVar[tuple[str, ...]] = (
         "considered",

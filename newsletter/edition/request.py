@@ -9,7 +9,7 @@ active subscriber) is checked here, in :meth:`SendRequest.validated`, and nowher
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from newsletter.addresses import InvalidAddress, normalize_address
 from newsletter.config import Config
@@ -24,6 +24,13 @@ class BadSendRequest(NewsletterError):
 
 KINDS = ("send", "scheduled", "admin", "chunk")
 """What started a send: the CLI, the scheduler, the admin endpoint, a worker's chunk."""
+
+
+def force_problem(force: bool, to: str | None) -> str | None:
+    """The force rule, the one place it is written: a forced re-send names one address."""
+    if force and not to:
+        return "force re-sends one subscriber's edition: give the address"
+    return None
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ class SendRequest:
     """Only these subscribers (a worker's chunk)."""
     wait: bool = True
     """With workers: wait for the queued chunks (else return once they are queued)."""
+    checked: bool = field(default=False, compare=False, repr=False)
+    """Set by :meth:`validated`: the request needs no second check."""
 
     def validated(self, config: Config, store: Store | None = None) -> SendRequest:
         """This request with ``to`` normalized, or :class:`BadSendRequest` saying what is wrong.
@@ -61,8 +70,8 @@ class SendRequest:
                 to = normalize_address(to)
             except InvalidAddress as e:
                 raise BadSendRequest(str(e)) from e
-        if self.force and to is None:
-            raise BadSendRequest("force re-sends one subscriber's edition: give the address")
+        if (problem := force_problem(self.force, to)) is not None:
+            raise BadSendRequest(problem)
         names = [t.name for t in config.settings.topics]
         if self.topic is not None and self.topic not in names:
             raise BadSendRequest(f"unknown topic {self.topic} (available: {', '.join(names)})")
@@ -77,7 +86,7 @@ class SendRequest:
                 raise BadSendRequest(
                     f"{to} is {sub.status.value}; only active subscribers get digests"
                 )
-        return replace(self, to=to)
+        return replace(self, to=to, checked=True)
 
     def by_workers(self, config: Config) -> bool:
         """True when the workers send this request (a whole-list send with ``workers:`` set)."""

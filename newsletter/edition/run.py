@@ -39,6 +39,12 @@ class SendRun:
         self.done = False
 
     @property
+    def owner(self) -> str:
+        """The run's name in ``runs`` and in the ledger rows it claims (once entered)."""
+        assert self.lease is not None
+        return self.lease.owner
+
+    @property
     def id(self) -> int:
         """The run's id in ``runs`` (once entered)."""
         assert self.lease is not None

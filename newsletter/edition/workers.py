@@ -30,13 +30,14 @@ from typing import Any
 from newsletter.config import Config
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.loop import send_editions
-from newsletter.edition.plan import choose, edition_date_for, is_in_flight, is_settled
+from newsletter.edition.plan import choose, is_in_flight, is_settled
 from newsletter.edition.report import SendReport
 from newsletter.edition.request import SendRequest
 from newsletter.edition.run import SendRun
 from newsletter.errors import NewsletterError
 from newsletter.logs import step
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.schedule import edition_date_for
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.store.protocol import SendStore
@@ -182,7 +183,7 @@ def send_chunk(
     Subscribers whose edition is claimed by another run (alive, or dead with its lease not yet
     run out) are returned to retry after the lease; so are those the relay refused to take."""
     _settings(services.config)  # a config without workers: is a mistake here
-    store = services.store
+    store, zone = services.store, services.config.settings.schedule.timezone
     request = SendRequest(kind="chunk", topic=topic, subscriber_ids=list(ids))
     report = send_editions(services, now, request, claim_clock=services.clock, builder=builder)
     total = SendReport()  # the one serialization of a report, added up by wait_for
@@ -191,33 +192,35 @@ def send_chunk(
     if report.relay_error:
         # the run stopped at the relay: the editions not sent yet are tried again later; the
         # error stays in the chunk's report (the run reports and alerts on it, as in-process)
-        return ChunkOutcome(total.as_chunk(), retry_ids=_unsettled(store, ids, now))
+        return ChunkOutcome(total.as_chunk(), retry_ids=_unsettled(store, ids, now, zone))
     busy: list[int] = []
     if report.already:
-        busy = _in_flight_elsewhere(store, ids, now)
+        busy = _in_flight_elsewhere(store, ids, now, zone)
         total.already -= len(busy)
         total.considered -= len(busy)
     return ChunkOutcome(total.as_chunk(), retry_ids=busy, busy=bool(busy))
 
 
 def _own_dates(
-    store: SendStore, ids: Sequence[int], now: datetime
+    store: SendStore, ids: Sequence[int], now: datetime, zone: str
 ) -> list[tuple[Subscriber, date]]:
     return [
-        (s, edition_date_for(s, now))
+        (s, edition_date_for(s, now, zone))
         for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, ids=ids)
         for s in batch
     ]
 
 
-def _in_flight_elsewhere(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
-    subs = _own_dates(store, ids, now)
+def _in_flight_elsewhere(
+    store: SendStore, ids: Sequence[int], now: datetime, zone: str
+) -> list[int]:
+    subs = _own_dates(store, ids, now, zone)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
     return [s.id for s, d in subs if is_in_flight(statuses.get((s.id, d)))]
 
 
-def _unsettled(store: SendStore, ids: Sequence[int], now: datetime) -> list[int]:
-    subs = _own_dates(store, ids, now)
+def _unsettled(store: SendStore, ids: Sequence[int], now: datetime, zone: str) -> list[int]:
+    subs = _own_dates(store, ids, now, zone)
     statuses = store.edition_statuses([s.id for s, _ in subs], {d for _, d in subs})
     return [s.id for s, d in subs if not is_settled(statuses.get((s.id, d)))]
 
@@ -271,7 +274,13 @@ def enqueue_edition(services: Services, now: datetime, request: SendRequest, app
             chunk.clear()
 
     for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, email=request.to, batch=1000):
-        choice = choose(batch, now, topic=topic, due=request.due)
+        choice = choose(
+            batch,
+            now,
+            topic=topic,
+            due=request.due,
+            default_zone=services.config.settings.schedule.timezone,
+        )
         out.not_due += choice.not_due
         statuses = store.edition_statuses(
             [s.id for s, _ in choice.wanted], {d for _, d in choice.wanted}

@@ -24,14 +24,17 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from newsletter.profiles import ROCCHIO_BETA, ROCCHIO_GAMMA
-
 FloatArray = npt.NDArray[np.float32]
 BoolArray = npt.NDArray[np.bool_]
 
 STRONG_Z = 2.5
 """Robust deviations above the day's median similarity that make a paper a match on meaning
 alone (Leys et al. 2013: 3 is "very conservative", 2.5 "moderately conservative")."""
+ROCCHIO_BETA = 0.75
+"""Weight of the papers a reader (or a topic's ``like:``) asks for more of (Rocchio's β). The
+tf-idf profiles (:mod:`newsletter.rank.profiles`) use the same weights."""
+ROCCHIO_GAMMA = 0.15
+"""Weight of the papers a reader asks for less of (Rocchio's γ)."""
 MIN_PAPERS = 20
 """Below this many papers a day's median and spread say too little: meaning then reorders
 keyword matches but admits no paper on its own."""

@@ -264,7 +264,9 @@ async def archive_day(day: str, ctx: WebContext = Ctx) -> DayOut | JSONResponse:
         return problem(404, f"{day!r} is not a date like 2026-11-17")
     if not archivable(when, ctx.now()):
         return problem(404, "there is no archive for that day")
-    page = await run_in_threadpool(trending_on, ctx.config.settings, ctx.store, when)
+    page = await run_in_threadpool(
+        trending_on, ctx.config, ctx.store, when, vectors=ctx.services.vectors
+    )
     return DayOut(
         day=page.day,
         timezone=page.timezone,

@@ -423,7 +423,7 @@ def archive_day(day: str, ctx: WebContext = Ctx) -> HTMLResponse:
         return message(ctx, "No such day", f"{day!r} is not a date like 2026-11-17.", 404)
     if not archivable(when, ctx.now()):
         return message(ctx, "No such day", "There is no archive for that day.", 404)
-    result = trending_on(ctx.config.settings, ctx.store, when)
+    result = trending_on(ctx.config, ctx.store, when, vectors=ctx.services.vectors)
     response = page(
         ctx, "archive_day.html", day=result, label=f"{when:%A}, {when:%B} {when.day}, {when.year}"
     )

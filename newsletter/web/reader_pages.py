@@ -186,7 +186,9 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
             feedback=feedback.for_subscriber(sub),
             by_mail=own is None,  # the footer says what the link does
         )
-        html = render_sent_edition(ctx.config.settings, ctx.store, ctx.renderer, sub.id, day, links)
+        html = render_sent_edition(
+            ctx.config, ctx.store, ctx.renderer, sub.id, day, links, vectors=ctx.services.vectors
+        )
     if html is None:
         return message(ctx, "No such digest", "This digest is not in the archive.", 404)
     response = HTMLResponse(html)

@@ -13,7 +13,8 @@ import pytest
 
 from newsletter.deliver import is_temporary, is_throttle
 from newsletter.deliver.ledger import owner_gone, run_owner
-from newsletter.deliver.pool import RateLimiter, backoff
+from newsletter.deliver.pool import RateLimiter
+from newsletter.deliver.retry import backoff
 
 
 class FakeTime:

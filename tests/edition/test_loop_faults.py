@@ -84,7 +84,7 @@ def world(
 def status_of(store: Store, email: str, days: int = 0) -> tuple[EditionStatus, int, str | None]:
     sub = store.get_subscriber(email)
     assert sub is not None
-    rec = store.edition_for(sub.id, edition_date_for(sub, NOW + timedelta(days=days)))
+    rec = store.edition_for(sub.id, edition_date_for(sub, NOW + timedelta(days=days), "UTC"))
     assert rec is not None, f"no ledger row for {email}"
     return rec.status, rec.attempts, rec.last_error
 
@@ -332,7 +332,7 @@ def test_unusable_relay_stops_the_run_with_one_error_and_one_alert(
     assert len(alerts) == 1
     # one connection attempt for the whole run, not one per pooled connection or per subscriber
     assert server.handler.connections <= 1
-    editions = store.editions_on(edition_date_for(store.get_subscriber(ADA), NOW))  # type: ignore[arg-type]
+    editions = store.editions_on(edition_date_for(store.get_subscriber(ADA), NOW, "UTC"))  # type: ignore[arg-type]
     assert all(e.status is not EditionStatus.SENT for e in editions)
     [run] = store.last_runs(1)
     assert run.status == "failed" and message in (run.error or "")

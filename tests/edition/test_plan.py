@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from newsletter.edition.plan import (
     AlreadySent,
+    Answers,
     Claimed,
+    DryRun,
     Skip,
-    after_claim,
+    batch,
     choose,
-    edition_date_for,
     is_in_flight,
     is_settled,
 )
 from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
+from newsletter.schedule import edition_date_for
 
 # Wednesday 2026-11-18 03:30 UTC: still Tuesday evening in Los Angeles, Wednesday in Tokyo.
 NOW = datetime(2026, 11, 18, 3, 30, tzinfo=UTC)
@@ -39,9 +42,30 @@ def claim(i: int) -> EditionClaim:
 
 
 def test_the_edition_date_is_the_subscribers_local_date() -> None:
-    assert edition_date_for(sub(1, tz="America/Los_Angeles"), NOW) == date(2026, 11, 17)
-    assert edition_date_for(sub(2, tz="Asia/Tokyo"), NOW) == date(2026, 11, 18)
-    assert edition_date_for(sub(3), NOW) == date(2026, 11, 18)
+    assert edition_date_for(sub(1, tz="America/Los_Angeles"), NOW, "UTC") == date(2026, 11, 17)
+    assert edition_date_for(sub(2, tz="Asia/Tokyo"), NOW, "UTC") == date(2026, 11, 18)
+    assert edition_date_for(sub(3), NOW, "UTC") == date(2026, 11, 18)
+
+
+@pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons"])
+def test_a_subscriber_without_a_zone_gets_the_default_zones_date(zone: str, tmp_path: Path) -> None:
+    """No zone (or one this machine does not know): the configured default, for the planner
+    and the scheduler alike (they used to differ: the planner raised)."""
+    from newsletter.config import load_config
+    from newsletter.schedule import edition_date
+    from newsletter.scheduler import preferences
+    from tests.conftest import base_config, write_config
+
+    data = base_config(f"sqlite:///{tmp_path}/n.db")
+    data["schedule"] = {"timezone": "America/Los_Angeles"}
+
+    nobody = sub(1, tz=zone)
+    assert edition_date_for(nobody, NOW, "America/Los_Angeles") == date(2026, 11, 17)
+    assert edition_date_for(nobody, NOW, "Asia/Tokyo") == date(2026, 11, 18)
+    choice = choose([nobody], NOW, default_zone="America/Los_Angeles")
+    assert choice.wanted == [(nobody, date(2026, 11, 17))]
+    config = load_config(write_config(tmp_path, data))
+    assert edition_date(preferences(nobody, config), NOW) == date(2026, 11, 17)
 
 
 def test_choose_leaves_out_other_topics_then_those_not_due_and_keeps_the_order() -> None:
@@ -66,24 +90,59 @@ def test_choose_without_filters_takes_everyone() -> None:
 
 
 def test_a_refused_claim_is_already_sent() -> None:
-    assert after_claim(None, NOW) == AlreadySent()
-    assert after_claim(None, NOW, last_sent=NOW - timedelta(hours=1)) == AlreadySent()
+    wanted = [(sub(1), NOW.date())]
+    assert batch(wanted, Answers(claims={1: None}), NOW) == [AlreadySent(sub(1), NOW.date())]
+    last = {1: NOW - timedelta(hours=1)}
+    assert batch(wanted, Answers(claims={}), NOW, last_sent=last) == [
+        AlreadySent(sub(1), NOW.date())
+    ]
 
 
 def test_a_claim_is_sent_when_there_was_a_listing_since_the_last_edition() -> None:
-    c = claim(1)
-    assert after_claim(c, NOW) == Claimed(c)  # no earlier edition
+    c, day = claim(1), NOW.date()
+    wanted = [(sub(1), day)]
+    assert batch(wanted, Answers(claims={1: c}), NOW) == [Claimed(sub(1), day, c)]
     # the last edition went out Monday morning; arXiv announced Monday and Tuesday evening
-    assert after_claim(c, NOW, last_sent=NOW - timedelta(days=2)) == Claimed(c)
+    last = {1: NOW - timedelta(days=2)}
+    assert batch(wanted, Answers(claims={1: c}), NOW, last_sent=last) == [Claimed(sub(1), day, c)]
 
 
 def test_a_quiet_day_is_skipped_with_the_reason() -> None:
     saturday = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
     c = claim(1)
-    decision = after_claim(c, saturday, last_sent=saturday - timedelta(hours=20))
-    assert isinstance(decision, Skip) and decision.claim == c
-    assert "no new arXiv listing since the last edition" in decision.reason
-    assert "Saturday" in decision.reason
+    last = {1: saturday - timedelta(hours=20)}
+    [intent] = batch([(sub(1), saturday.date())], Answers(claims={1: c}), saturday, last_sent=last)
+    assert isinstance(intent, Skip) and intent.claim == c
+    assert "no new arXiv listing since the last edition" in intent.reason
+    assert "Saturday" in intent.reason
+
+
+def test_a_dry_run_shows_what_a_real_run_would_send_and_leaves_the_rest() -> None:
+    day = NOW.date()
+    wanted = [(sub(i), day) for i in (1, 2, 3, 4)]
+    statuses = {
+        (1, day): EditionStatus.SENT,
+        (2, day): EditionStatus.SENDING,
+        (3, day): EditionStatus.UNKNOWN,  # re-sent once by a real run: shown
+    }
+    intents = batch(wanted, Answers(statuses=statuses), NOW, dry_run=True)
+    assert intents == [
+        AlreadySent(sub(1), day),
+        AlreadySent(sub(2), day),
+        DryRun(sub(3), day),
+        DryRun(sub(4), day),
+    ]
+
+
+def test_one_intent_per_subscriber_in_the_batchs_order() -> None:
+    saturday = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    day = saturday.date()
+    wanted = [(sub(i), day) for i in (3, 1, 2)]
+    claims = {3: claim(3), 1: None, 2: claim(2)}
+    last = {2: saturday - timedelta(hours=20)}
+    intents = batch(wanted, Answers(claims=claims), saturday, last_sent=last)
+    assert [type(i) for i in intents] == [Claimed, AlreadySent, Skip]
+    assert [i.subscriber.id for i in intents] == [3, 1, 2]
 
 
 @pytest.mark.parametrize(

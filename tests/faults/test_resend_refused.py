@@ -81,9 +81,7 @@ def test_a_refused_resend_of_a_digest_the_relay_took_counts_as_delivered(
 
             config = load_config(setup.path)  # "View in browser" shows it, as a sent one
             renderer = Renderer(config.settings, config.templates_dir())
-            html = render_sent_edition(
-                config.settings, store, renderer, first.id, row.edition_date, None
-            )
+            html = render_sent_edition(config, store, renderer, first.id, row.edition_date, None)
             assert html is not None and "<html" in html.lower()
         finally:
             store.close()

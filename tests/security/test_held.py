@@ -17,7 +17,7 @@ CRLF in addresses and display names
     ::test_cli_add_refuses_injection_and_stores_nothing (CLI),
     ::test_import_reports_bad_rows_by_line_and_keeps_the_rest (CSV import),
     ::test_config_seed_with_injected_name_is_a_config_error (config ``subscribers:``);
-    tests/test_config.py::test_header_injecting_address_is_refused (``sender.from``);
+    tests/config/test_config.py::test_header_injecting_address_is_refused (``sender.from``);
     tests/web/test_pages.py::test_invalid_address_and_topic_are_named (CRLF in the form);
     tests/deliver/test_mime.py::test_no_cr_or_lf_from_data_reaches_a_header.
     Here: bare CR, bare LF, NUL and CRLF in the form and the JSON API

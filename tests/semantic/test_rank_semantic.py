@@ -10,8 +10,8 @@ import yaml
 
 from newsletter.config import TopicSettings, parse_config
 from newsletter.models import Paper
-from newsletter.profiles import Preference
 from newsletter.rank import RELATIVE_CUT, Ranker
+from newsletter.rank.profiles import Preference
 from newsletter.semantic.space import MIN_PAPERS, evidence
 from newsletter.semantic.vectors import Semantic
 

@@ -16,7 +16,7 @@ from newsletter.semantic.model import Embedder
 from newsletter.semantic.vectors import VectorSource, paper_text, text_hash
 from newsletter.store import Store
 from tests.conftest import base_config, write_config
-from tests.ranking.corpus import load_papers
+from tests.rank.relevance.corpus import load_papers
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from newsletter.cli import cli
 from newsletter.config import Config
+from newsletter.edition.build import day_ranker
 from newsletter.ingest import run_fetch
 from newsletter.models import Frequency, SubscriberStatus
 from newsletter.store import Store
@@ -18,6 +20,7 @@ from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
 from tests.conftest import NOW, SmtpServer
 from tests.sends import run_send
+from tests.test_cli_e2e import text_and_html
 from tests.web.conftest import Clock
 
 
@@ -51,6 +54,47 @@ def test_view_in_browser_and_the_public_day_page(
     assert client.get("/archive/not-a-day").status_code == 404
     api = client.get("/api/archive/2026-11-17").json()
     assert {t["topic"] for t in api["topics"]} == {"gpu-kernels", "rendering"}
+
+
+def mailed_order(html: str) -> list[tuple[str, str]]:
+    """(section title, "") and ("", paper title) in the order a digest's HTML shows them."""
+    return re.findall(
+        r'class="section font"[^>]*>\s*([^<]+?)\s*<span|class="title(?:text)?"[^>]*>(.*?)</',
+        html,
+    )
+
+
+def test_the_view_page_shows_a_voters_edition_as_it_was_mailed(
+    client: TestClient,
+    web_config: Config,
+    web_store: Store,
+    service: Subscriptions,
+    smtp_server: SmtpServer,
+) -> None:
+    """The archive ranks a sent edition as the send did, with the reader's votes and the
+    papers they voted on: the page shows the mailed papers in the mailed sections and order.
+    (Ranked without the votes, the papers there only for them fell out of the reader's
+    topic into "Also in this edition".)"""
+    web_store.add_subscriber("voter@example.org", topics=["gpu-kernels"], now=NOW)
+    run_fetch(web_config, web_store, NOW)
+    _, ranker = day_ranker(web_config, web_store, NOW)
+    kernels = {i.paper.key for i in ranker.ranked["gpu-kernels"]}
+    liked = next(i.paper for i in ranker.ranked["rendering"] if i.paper.key not in kernels)
+    sub = web_store.get_subscriber("voter@example.org")
+    assert sub is not None
+    web_store.set_vote(sub.id, liked.id, 1, None, NOW - timedelta(minutes=5))
+    assert run_send(web_config, web_store, NOW).sent == 1
+    mailed = text_and_html(smtp_server.received[-1].message)[1]
+    assert "seeing this:</b> like: " in " ".join(mailed.split())  # the vote shaped the mail
+
+    view = service.tokens.make(Purpose.VIEW, {"s": sub.id, "d": "2026-11-17"})
+    page = client.get(f"/archive/view/{view}")
+    assert page.status_code == 200
+    assert mailed_order(page.text) == mailed_order(mailed) != []
+    # A vote cast after the send does not reorder the edition it was not part of.
+    best = ranker.ranked["gpu-kernels"][0].paper
+    web_store.set_vote(sub.id, best.id, -1, None, NOW + timedelta(hours=1))
+    assert mailed_order(client.get(f"/archive/view/{view}").text) == mailed_order(mailed)
 
 
 def test_rate_limit_store_counts_within_the_window(web_store: Store) -> None:

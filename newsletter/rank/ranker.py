@@ -1,0 +1,393 @@
+"""The run's ranker: every topic scored against the day's papers once, then each reader's digest.
+
+Topics are the operator's; subscribers pick among them. So a run scores every topic against every
+new paper once (:class:`Ranker`), and a subscriber's digest is a cheap merge of the chosen topics'
+lists minus what that subscriber was already sent; a reader's votes ("more/less like this")
+reorder the topics they touch for that reader alone (:meth:`Ranker.reader_items`).
+
+Pure: topics, papers, example papers, vectors and ``now`` in; ranked items out. The parts are
+the rules (:mod:`.rules`), the paper index (:mod:`.index`), the scorer and fusion with meaning
+(:mod:`.score`), reader profiles (:mod:`.profiles`) and explanations (:mod:`.explain`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Collection, Iterator, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from newsletter.config import TopicSettings
+from newsletter.models import DigestItem, Paper, TopicSection
+from newsletter.rank.explain import Explainer, Explanation, with_like
+from newsletter.rank.index import Documents, PaperIndex
+from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
+from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
+from newsletter.rank.score import (
+    RELATIVE_CUT,
+    as_dense,
+    filter_masks,
+    fuse,
+    reader_scores,
+    score_all,
+)
+from newsletter.semantic.space import MeaningSpace
+
+if TYPE_CHECKING:
+    from newsletter.semantic.vectors import Semantic
+
+FloatArray = npt.NDArray[np.float64]
+
+SECTIONS_CACHE = 8192
+"""Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
+
+
+class Ranker:
+    """Scores every topic against a run's papers once; then builds digests per subscriber.
+
+    A topic's list holds the papers with enough evidence (``MIN_EVIDENCE``) whose relevance is
+    at least ``RELATIVE_CUT`` of the topic's best today, ordered by relevance × trending ×
+    recency; ``left_out`` counts the matches that did not make it.
+    """
+
+    def __init__(
+        self,
+        topics: Sequence[TopicSettings],
+        papers: Sequence[Paper],
+        now: datetime,
+        *,
+        examples: Sequence[Paper] = (),
+        semantic: Semantic | None = None,
+    ) -> None:
+        """``examples``: papers that topics' ``like:`` lists and readers' votes name (they may
+        be older than the run's papers); only they can shape a profile. ``semantic``: the
+        papers', topics' and examples' vectors (in the order given); without it ranking is
+        lexical and profiles are tf-idf."""
+        self.now = now
+        self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
+        self._order = {t.name: i for i, t in enumerate(topics)}
+        self._rules = [Rule.from_topic(t) for t in topics]
+        docs = Documents.read(papers)
+        self.acronyms = Acronyms.build(docs.learned)
+        self.vocab = Vocabulary(self.acronyms)
+        self.queries = compile_rules(self._rules, self.vocab)
+        self.index = PaperIndex(papers, self.vocab, now, docs)
+        scores = score_all(self.queries, self.index)
+        boost = np.maximum(self.index.boost, 1e-12)
+        relevance = scores / boost
+        self._lexical = relevance.copy()
+        """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
+        self._passes = filter_masks(self.queries, self.index)
+        likes = {t.name: tuple(getattr(t, "like", ()) or ()) for t in topics}
+        likes = {name: keys for name, keys in likes.items() if keys}
+        wanted = set().union(*likes.values()) if likes else set()
+        self.space: ProfileSpace | None = None
+        self.meaning: MeaningSpace | None = None
+        """Papers, topics and examples as embedding vectors (semantic ranking), or None."""
+        self._meant: dict[str, FloatArray] = {}
+        """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
+        self._admitted: dict[str, npt.NDArray[np.bool_]] = {}
+        """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
+        if semantic is not None and self.index.n_papers and len(topics):
+            vectors = {p.key: semantic.papers[j] for j, p in enumerate(self.index.papers)}
+            vectors.update(semantic.examples)
+            self.meaning = MeaningSpace(
+                semantic.papers,
+                semantic.topics,
+                [likes.get(t.name, ()) for t in topics],
+                vectors,
+                {p.key: p.title for p in (*examples, *self.index.papers)},
+                semantic.keywords,
+            )
+        if likes or examples:
+            self.space = ProfileSpace(
+                docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
+            )
+        self._scale: dict[str, float] = {}
+        self._liked: dict[str, FloatArray] = {}
+        for i, topic in enumerate(topics):
+            best = float(relevance[i].max()) if self.index.n_papers else 0.0
+            # A profile's cosine (0..1) is worth up to the day's best keyword match.
+            self._scale[topic.name] = best if best > 0 else 1.0
+            if self.meaning is not None:
+                relevance[i], self._meant[topic.name], self._admitted[topic.name] = fuse(
+                    relevance[i],
+                    self._passes[i],
+                    self.meaning,
+                    i,
+                    self._scale[topic.name],
+                    topic.min_score,
+                )
+                continue
+            found = (
+                self.space.rocchio(likes[topic.name], ())
+                if self.space is not None and topic.name in likes
+                else None
+            )
+            if found is not None:
+                liked = found[0]  # only "more" papers: the whole cosine is likeness
+                part = self._scale[topic.name] * liked * self._passes[i]
+                relevance[i] += part
+                self._liked[topic.name] = part
+                floor = topic.min_score
+                relevance[i] *= relevance[i] >= floor - 1e-9
+        self._relevance = relevance.copy()
+        scores = relevance * boost
+        self.best: dict[str, float] = {}
+        self.left_out: dict[str, int] = {}
+        """Per topic, matches not shown: passing mentions, or far below the day's best."""
+        if len(topics) and self.index.n_papers:
+            passing = as_dense(self.queries.scoring @ self.index.evidence_t) == 1
+        for i, topic in enumerate(topics):
+            best = float(relevance[i].max()) if self.index.n_papers else 0.0
+            self.best[topic.name] = best
+            below = (relevance[i] > 0) & (relevance[i] < RELATIVE_CUT * best - 1e-9)
+            scores[i, below] = 0.0
+            weak = int(passing[i].sum()) if self.index.n_papers else 0
+            self.left_out[topic.name] = int(below.sum()) + weak
+        self.scores = scores
+        self.explainer = Explainer(
+            topics=self.topics,
+            order=self._order,
+            rules=self._rules,
+            queries=self.queries,
+            index=self.index,
+            now=now,
+            meaning=self.meaning,
+            space=self.space,
+            meant=self._meant,
+            liked=self._liked,
+            best=self.best,
+        )
+        """Explanations and reasons of these scores (``rank --explain``, each item's reason)."""
+        self.ranked: dict[str, tuple[DigestItem, ...]] = {}
+        papers_t = self.index.papers
+        self._key_rank = np.argsort(np.argsort([p.key for p in papers_t], kind="stable"))
+        for i, topic in enumerate(topics):
+            row = self.scores[i]
+            hits = np.flatnonzero(row > 0)
+            order = sorted(hits, key=lambda j: (-round(float(row[j]), 9), papers_t[j].key))
+            self.ranked[topic.name] = tuple(
+                DigestItem(
+                    papers_t[j],
+                    topic.name,
+                    round(float(row[j]), 6),
+                    self.reason(topic.name, int(j)),
+                )
+                for j in order
+            )
+
+        # The order sections() merges in: the stored (6-digit) score, then the paper key.
+        self._pool_order: dict[str, tuple[DigestItem, ...]] = {
+            name: tuple(sorted(items, key=lambda i: (-i.score, i.paper.key)))
+            for name, items in self.ranked.items()
+        }
+        self._pool_ids = {
+            name: frozenset(i.paper.id for i in items) for name, items in self.ranked.items()
+        }
+        # Readers with the same topics (and the same already-sent papers among them) get the
+        # same sections: picked once, then reused. Bounded; entries are a few references each.
+        self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
+
+    def reader_items(
+        self,
+        topic_name: str,
+        prefs: Sequence[Vote],
+        memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] | None = None,
+    ) -> Iterator[DigestItem]:
+        """A topic's list for one reader whose votes touch it, best first (lazily).
+
+        Rocchio: the topic's relevance plus the paper's cosine with the reader's profile
+        ``β·c(more) − γ·c(less)``, in units of the topic's best keyword match today; then the
+        same filters, cut and trending as the shared list. ``memo`` shares profiles between the
+        reader's topics.
+        """
+        mine = [v for v in prefs if v.topic in (None, topic_name)][:MAX_VOTES]
+        more = tuple(v.paper_key for v in mine if v.value > 0)
+        less = tuple(v.paper_key for v in mine if v.value < 0)
+        if self.meaning is not None:
+            yield from self._reader_meaning(topic_name, more, less)
+            return
+        if self.space is None:
+            yield from self._pool_order[topic_name]
+            return
+        memo = {} if memo is None else memo
+        if (more, less) not in memo:
+            memo[more, less] = self.space.rocchio(more, less)
+        found = memo[more, less]
+        if found is None:
+            yield from self._pool_order[topic_name]
+            return
+        i = self._order[topic_name]
+        total, more_part = found
+        scale = self._scale[topic_name]
+        rel = self._relevance[i] + scale * total * self._passes[i]
+        score = reader_scores(rel, self.topics[topic_name].min_score, self.index.boost)
+        if score is None:
+            return
+        papers_t = self.index.papers
+        lexical = self._lexical[i]
+        for j in self._best_first(score):
+            reason = self.explainer.cached_reason(topic_name, j)
+            if more:
+                like_part = scale * self.space.liked(more_part, j)
+                if like_part > 0 and like_part >= float(lexical[j]):
+                    key = self.space.closest(more, j)
+                    if key is not None:
+                        reason = with_like(self.space.titles[key], reason)
+            yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _reader_meaning(
+        self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
+    ) -> Iterator[DigestItem]:
+        """:meth:`reader_items` with semantic ranking: what meaning adds for the topic, plus
+        the paper's likeness to the reader's votes in both spaces (their Rocchio profile over
+        the vectors, :meth:`MeaningSpace.reader`, and over tf-idf, :class:`ProfileSpace`), all
+        in units of the topic's best keyword match; a paper strongly like the votes is shown
+        even without a keyword match."""
+        assert self.meaning is not None
+        i = self._order[topic_name]
+        ev = self.meaning.reader(more, less)
+        if ev is None:
+            yield from self._pool_order[topic_name]
+            return
+        shared = self.meaning.topic(i)
+        topic = self.topics[topic_name]
+        lexical = self._lexical[i] * self._passes[i]
+        admitted = self._admitted[topic_name] | (self._passes[i] & ev.strong)
+        words = self.space.rocchio(more, less) if self.space is not None else None
+        profile = np.maximum(words[0], 0.0) if words is not None else 0.0
+        part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
+        score = reader_scores((lexical + part) * admitted, topic.min_score, self.index.boost)
+        if score is None:
+            return
+        papers_t = self.index.papers
+        voted = self._scale[topic_name] * (ev.part + profile) * admitted  # the votes' share
+        for j in self._best_first(score):
+            reason = self.explainer.cached_reason(topic_name, j)
+            if more and voted[j] > 0 and voted[j] >= lexical[j]:
+                key = self.meaning.closest(more, j)
+                if key is not None:
+                    reason = with_like(self.meaning.labels.get(key, key), reason)
+            yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
+
+    def _best_first(self, score: FloatArray, first: int = 48) -> Iterator[int]:
+        """Indices of positive scores, by score then paper key; the best ``first`` (ties
+        included) are sorted before the rest, which are sorted only if someone reads on."""
+        hits = np.flatnonzero(score > 0)
+        if len(hits) > first:
+            kth = -np.partition(-score[hits], first - 1)[first - 1]
+            head, tail = hits[score[hits] >= kth], hits[score[hits] < kth]
+        else:
+            head, tail = hits, hits[:0]
+        keys = self._key_rank
+        for part in (head, tail):
+            yield from part[np.lexsort((keys[part], -score[part]))].tolist()
+
+    def _position(self, paper: Paper) -> int:
+        for j, p in enumerate(self.index.papers):
+            if p.id == paper.id:
+                return j
+        raise KeyError(paper.id)
+
+    def explanation(self, topic_name: str, paper_index: int) -> Explanation:
+        """The parts of a topic × paper score, for reasons and ``--explain``."""
+        return self.explainer.explanation(topic_name, paper_index)
+
+    def reason(self, topic_name: str, paper_index: int) -> str:
+        """A short, deterministic 'why': "title: mixture of experts · cs.LG · 42 upvotes"."""
+        return self.explainer.reason(topic_name, paper_index)
+
+    def explain(self, item: DigestItem) -> Explanation:
+        """How a digest item's score was made (``rank --explain``)."""
+        return self.explanation(item.topic, self._position(item.paper))
+
+    def sections(
+        self,
+        topic_names: Sequence[str],
+        *,
+        exclude_ids: Collection[int] = (),
+        max_items: int = 10,
+        group_by_topic: bool = True,
+        votes: Sequence[Vote] = (),
+    ) -> tuple[TopicSection, ...]:
+        """A subscriber's digest: their topics' best papers, none twice, none already sent.
+
+        Grouped: a paper wanted by several topics goes to the one where it scores best (while that
+        topic has room); each topic shows up to its ``max_items`` (else ``max_items``). Merged: one
+        list of at most ``max_items``, still honouring each topic's own ``max_items``. ``votes``
+        (the reader's "more/less like this") reorder the topics they touch for this reader
+        alone; without votes a reader gets exactly the shared lists.
+        """
+        names = tuple(n for n in dict.fromkeys(topic_names) if n in self.topics)
+        excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
+        if votes and (self.space is not None or self.meaning is not None):
+            touched = {n for n in names if any(v.topic in (None, n) for v in votes)}
+            if touched:
+                memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
+                mine = {n: self.reader_items(n, votes, memo) for n in touched}
+                return self._pick(names, frozenset(excluded), max_items, group_by_topic, mine)
+        # The result depends on the exclusions only through the papers these topics can offer.
+        pools = [self._pool_ids[n] for n in names]
+        relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
+        key = (names, relevant, max_items, group_by_topic)
+        hit = self._sections.get(key)
+        if hit is None:
+            if len(self._sections) >= SECTIONS_CACHE:
+                self._sections.clear()
+            hit = self._sections[key] = self._pick(names, relevant, max_items, group_by_topic)
+        return hit
+
+    def _pick(
+        self,
+        names: tuple[str, ...],
+        excluded: frozenset[int],
+        max_items: int,
+        group_by_topic: bool,
+        readers: dict[str, Iterator[DigestItem]] | None = None,
+    ) -> tuple[TopicSection, ...]:
+        # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
+        # yields the same sequence as sorting the whole pool, and stops as soon as every topic
+        # is full: a subscriber costs a few dozen items, not every paper their topics match. A
+        # topic that is full is not read further (its later items could only be skipped).
+        sources = readers or {}
+        limits = {n: self.topics[n].max_items or max_items for n in names}
+        chosen: dict[str, list[DigestItem]] = {n: [] for n in names}
+        heap: list[tuple[float, str, int, DigestItem]] = []
+        lists: list[Iterator[DigestItem]] = []
+        for k, name in enumerate(names):
+            it = iter(sources.get(name, self._pool_order[name]))
+            lists.append(it)
+            first = next(it, None)
+            if first is not None and limits[name] > 0:
+                heap.append((-first.score, first.paper.key, k, first))
+        heapq.heapify(heap)
+        open_topics = sum(1 for n in names if limits[n] > 0)
+        taken: set[int] = set()
+        total = 0
+        while heap:
+            if open_topics == 0 or (not group_by_topic and total >= max_items):
+                break
+            _, _, k, item = heapq.heappop(heap)
+            mine = chosen[names[k]]
+            limit = limits[names[k]]
+            pid = item.paper.id
+            if pid not in excluded and pid not in taken:
+                taken.add(pid)
+                mine.append(item)
+                total += 1
+                if len(mine) == limit:
+                    open_topics -= 1
+            if len(mine) < limit:
+                following = next(lists[k], None)
+                if following is not None:
+                    heapq.heappush(heap, (-following.score, following.paper.key, k, following))
+        if group_by_topic:
+            return tuple(TopicSection(n, self.topics[n].label, tuple(chosen[n])) for n in names)
+        merged = sorted(
+            (i for n in names for i in chosen[n]), key=lambda i: (-i.score, i.paper.key)
+        )
+        return (TopicSection("all", "Your topics", tuple(merged)),)

@@ -1,0 +1,1 @@
+"""Tests of the ranking package (``newsletter.rank``); ``relevance/`` holds the judged sets."""
