@@ -19,6 +19,7 @@ from newsletter.errors import NewsletterError
 
 if TYPE_CHECKING:
     from newsletter.services import Services
+    from newsletter.store.protocol import SendStore
 
 log = logging.getLogger("newsletter.alerts")
 
@@ -29,7 +30,7 @@ def alert(
     body: str,
     now: datetime,
     *,
-    services: Services,
+    services: Services[SendStore],
     relay_broken: bool = False,
 ) -> bool:
     """Log the alert and mail it to ``alerts.email`` if set, through ``services``' relay and

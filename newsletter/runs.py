@@ -33,6 +33,7 @@ from newsletter.logs import step
 from newsletter.models import RunRecord
 from newsletter.schedule import ARXIV_TZ, announces_on
 from newsletter.store import Store
+from newsletter.store.protocol import Runs
 
 if TYPE_CHECKING:
     from newsletter.deliver.smtp import MailerFactory
@@ -69,7 +70,7 @@ def is_interrupted(run: RunRecord, now: datetime) -> bool:
     return now - last > timedelta(seconds=STALE_AFTER)
 
 
-def interrupted_record(store: Store, run: RunRecord, now: datetime) -> RunRecord:
+def interrupted_record(store: Runs, run: RunRecord, now: datetime) -> RunRecord:
     """``run`` as an interrupted run: when it was last alive, the ledger's count of what its
     process did since it started, and the errors it met."""
     owner, heartbeat = _lease(run)
@@ -93,17 +94,17 @@ def interrupted_record(store: Store, run: RunRecord, now: datetime) -> RunRecord
     )
 
 
-def runs_as_seen(store: Store, runs: Sequence[RunRecord], now: datetime) -> list[RunRecord]:
+def runs_as_seen(store: Runs, runs: Sequence[RunRecord], now: datetime) -> list[RunRecord]:
     """``runs`` with every interrupted one shown as such (for ``status``; writes nothing)."""
     return [interrupted_record(store, r, now) if is_interrupted(r, now) else r for r in runs]
 
 
-def count_interrupted(store: Store, now: datetime) -> int:
+def count_interrupted(store: Runs, now: datetime) -> int:
     """Runs recorded as ``running`` whose process is gone or silent (for /metrics)."""
     return sum(1 for run in store.running_runs() if is_interrupted(run, now))
 
 
-def settle_interrupted(store: Store, now: datetime) -> int:
+def settle_interrupted(store: Runs, now: datetime) -> int:
     """Record every interrupted run as ``interrupted``; returns how many there were."""
     settled = 0
     for run in store.running_runs():
@@ -120,7 +121,7 @@ class RunLease:
     """A ``running`` row in ``runs`` with a heartbeat, renewed on a thread until closed."""
 
     def __init__(
-        self, store: Store, kind: str, now: datetime, *, clock: Callable[[], datetime] = utcnow
+        self, store: Runs, kind: str, now: datetime, *, clock: Callable[[], datetime] = utcnow
     ) -> None:
         self.store = store
         self.clock = clock

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import Generic
+
+from typing_extensions import TypeVar
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
@@ -23,15 +26,21 @@ from newsletter.deliver.dkim import DkimSigner
 from newsletter.deliver.smtp import MailerFactory, SmtpMailer
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store import Store
+from newsletter.store.protocol import SendStore
 from newsletter.tokens import Tokens, signing_key
+
+StoreT = TypeVar("StoreT", bound=SendStore, default=Store, covariant=True)
+"""The store the effects hold: a plain ``Services`` is a ``Services[Store]``. The send path
+takes a ``Services[SendStore]``, which any of them is (the store is only read from them), so a
+send runs as well on an in-memory :class:`~newsletter.store.memory.MemoryStore`."""
 
 
 @dataclass(eq=False)
-class Services:
+class Services(Generic[StoreT]):
     """One process's effects. ``mailer_factory``, when given, replaces the configured relay."""
 
     config: Config
-    store: Store
+    store: StoreT
     clock: Callable[[], datetime] = utcnow
     """The wall clock (UTC, timezone-aware)."""
     monotonic: Callable[[], float] = time.monotonic
@@ -43,7 +52,7 @@ class Services:
     @classmethod
     def open(cls, config: Config) -> Services:
         """Services over a new :class:`Store` for ``config``'s database (a worker process's)."""
-        return cls(config, Store(config.database_url))
+        return Services(config, Store(config.database_url))
 
     @property
     def mailer_factory(self) -> MailerFactory:

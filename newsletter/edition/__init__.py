@@ -30,6 +30,7 @@ from newsletter.edition.request import BadSendRequest, SendRequest
 from newsletter.edition.run import SendRun
 from newsletter.schedule import edition_date_for
 from newsletter.services import Services
+from newsletter.store.protocol import SendStore
 
 if TYPE_CHECKING:
     from newsletter.edition.workers import Enqueued, Progress
@@ -45,7 +46,7 @@ class SendOutcome:
 
 
 def send(
-    services: Services,
+    services: Services[SendStore],
     request: SendRequest,
     *,
     now: datetime | None = None,

@@ -60,7 +60,7 @@ def history_since(papers: Sequence[Paper]) -> date | None:
 class EditionBuilder:
     """Everything needed to turn a subscriber into a digest and a message, built once per run."""
 
-    def __init__(self, services: Services, now: datetime) -> None:
+    def __init__(self, services: Services[SendStore], now: datetime) -> None:
         config, store = services.config, services.store
         self.config = config
         self.settings = config.settings

@@ -79,7 +79,7 @@ class Applier:
 
     def __init__(
         self,
-        services: Services,
+        services: Services[SendStore],
         now: datetime,
         policy: SendPolicy,
         builder: EditionBuilder,
@@ -271,7 +271,7 @@ class Applier:
 
 
 def send_editions(
-    services: Services,
+    services: Services[SendStore],
     now: datetime,
     request: SendRequest | SendPolicy,
     *,

@@ -15,7 +15,7 @@ from newsletter.addresses import InvalidAddress, normalize_address
 from newsletter.config import Config
 from newsletter.errors import NewsletterError
 from newsletter.models import Subscriber, SubscriberStatus
-from newsletter.store import Store
+from newsletter.store.protocol import SubscriberReads
 
 
 class BadSendRequest(NewsletterError):
@@ -58,7 +58,7 @@ class SendRequest:
     checked: bool = field(default=False, compare=False, repr=False)
     """Set by :meth:`validated`: the request needs no second check."""
 
-    def validated(self, config: Config, store: Store | None = None) -> SendRequest:
+    def validated(self, config: Config, store: SubscriberReads | None = None) -> SendRequest:
         """This request with ``to`` normalized, or :class:`BadSendRequest` saying what is wrong.
 
         With ``store``, ``to`` must also be an active subscriber."""

@@ -16,6 +16,7 @@ from newsletter.edition.report import SendReport
 from newsletter.logs import step
 from newsletter.runs import RunLease, settle_interrupted
 from newsletter.services import Services
+from newsletter.store.protocol import SendStore
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class SendRun:
     ``failed`` with that error, when the database still answers.
     """
 
-    def __init__(self, services: Services, now: datetime, kind: str = "send") -> None:
+    def __init__(self, services: Services[SendStore], now: datetime, kind: str = "send") -> None:
         self.services = services
         self.config = services.config
         self.store = services.store

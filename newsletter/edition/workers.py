@@ -253,7 +253,9 @@ class Enqueued:
     """The run recorded for this enqueuing (set by :func:`send_with_workers`)."""
 
 
-def enqueue_edition(services: Services, now: datetime, request: SendRequest, app: Any) -> Enqueued:
+def enqueue_edition(
+    services: Services[SendStore], now: datetime, request: SendRequest, app: Any
+) -> Enqueued:
     """Queue one task per chunk of the subscribers whose edition is to be sent now."""
     store = services.store
     w = _settings(services.config)
@@ -357,7 +359,7 @@ def wait_for(
 
 
 def send_with_workers(
-    services: Services,
+    services: Services[SendStore],
     now: datetime,
     request: SendRequest,
     *,

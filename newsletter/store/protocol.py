@@ -127,7 +127,12 @@ class Papers(PaperReads, Protocol):
 
 
 class SubscriberReads(Protocol):
-    """What a send reads about subscribers: the list, in batches, and its size."""
+    """What a send reads about subscribers: the list, in batches, its size, and the one a send
+    to one address names."""
+
+    def get_subscriber(self, email: str) -> Subscriber | None:
+        """The subscriber with exactly this address, with their topics, or ``None``."""
+        ...
 
     def iter_subscribers(
         self,
@@ -211,10 +216,6 @@ class Subscribers(SubscriberReads, Protocol):
     def add_subscribers(self, rows: Sequence[NewSubscriber], now: datetime) -> int:
         """Insert subscribers that are not in the store yet, with their topics, in one transaction
         (a bulk import: no row may exist already). Returns how many were added."""
-        ...
-
-    def get_subscriber(self, email: str) -> Subscriber | None:
-        """The subscriber with exactly this address, with their topics, or ``None``."""
         ...
 
     def subscriber_by_id(self, subscriber_id: int) -> Subscriber | None:

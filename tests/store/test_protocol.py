@@ -110,28 +110,46 @@ def test_the_send_store_is_the_part_of_the_store_the_send_path_reads_and_writes(
 
 def test_store_satisfies_the_protocols_for_mypy(tmp_path: Path) -> None:
     """mypy (strict, the project's settings) accepts a Store where a ``StoreProtocol`` or a
-    ``SendStore`` is wanted, a MemoryStore where a ``SendStore`` is, and refuses something
-    that lacks their methods."""
+    ``SendStore`` is wanted, and a MemoryStore where a ``SendStore`` is: in the send path's
+    ``Services[SendStore]`` too (``send``, ``send_editions``, the builder). It refuses
+    something that lacks their methods, and a MemoryStore's services where a plain
+    ``Services`` (a ``Store``'s) is wanted."""
     mypy = pytest.importorskip("mypy.api")
     good = tmp_path / "good.py"
     good.write_text(
+        "from datetime import datetime\n\n"
+        "from newsletter.config import Config\n"
+        "from newsletter.edition import EditionBuilder, SendRequest, Services, send\n"
+        "from newsletter.edition import send_editions\n"
         "from newsletter.store import Store\n"
         "from newsletter.store.memory import MemoryStore\n"
         "from newsletter.store.protocol import SendStore, StoreProtocol\n\n"
         "a: StoreProtocol = Store('sqlite://')\n"
         "b: SendStore = Store('sqlite://')\n"
-        "c: SendStore = MemoryStore()\n"
+        "c: SendStore = MemoryStore()\n\n\n"
+        "def in_memory(config: Config, now: datetime) -> None:\n"
+        "    services = Services(config, MemoryStore())\n"
+        "    send(services, SendRequest())\n"
+        "    send_editions(services, now, SendRequest())\n"
+        "    EditionBuilder(services, now)\n"
+        "    send(Services(config, Store('sqlite://')), SendRequest())\n"
     )
     bad = tmp_path / "bad.py"
     bad.write_text(
+        "from newsletter.config import Config\n"
+        "from newsletter.services import Services\n"
+        "from newsletter.store.memory import MemoryStore\n"
         "from newsletter.store.protocol import SendStore\n\n\n"
         "class Fake:\n"
         "    def count_subscribers(self) -> int:\n"
         "        return 0\n\n\n"
-        "c: SendStore = Fake()\n"
+        "c: SendStore = Fake()\n\n\n"
+        "def web(config: Config) -> Services:\n"
+        "    return Services(config, MemoryStore())\n"
     )
     root = str(Path(__file__).resolve().parent.parent.parent)
     out, err, status = mypy.run(["--strict", "--config-file", f"{root}/pyproject.toml", str(good)])
     assert status == 0, out + err
     out, _, status = mypy.run(["--strict", "--config-file", f"{root}/pyproject.toml", str(bad)])
     assert status == 1 and '"Fake", variable has type "SendStore"' in out, out
+    assert 'Argument 2 to "Services" has incompatible type "MemoryStore"' in out, out
