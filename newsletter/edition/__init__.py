@@ -59,7 +59,7 @@ def send(
     (``progress`` follows it). Every run but a dry run is recorded in ``runs``, logged, and
     alerted on when the relay could not be used. ``request`` is validated here
     (:class:`BadSendRequest` says what is wrong)."""
-    request = request.validated(services.config)
+    request = request.validated(services.config, services.store)
     now = now or services.clock()
     if request.by_workers(services.config):
         from newsletter.edition.workers import send_with_workers
