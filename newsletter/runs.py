@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from newsletter.alerts import alert
 from newsletter.clock import utcnow
-from newsletter.config import Config
 from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.examples import profile_examples
 from newsletter.ingest import FetchReport, run_fetch
@@ -35,7 +34,6 @@ from newsletter.schedule import ARXIV_TZ, announces_on
 from newsletter.store import Store
 
 if TYPE_CHECKING:
-    from newsletter.deliver.smtp import MailerFactory
     from newsletter.services import Services
 
 log = logging.getLogger(__name__)
@@ -175,18 +173,15 @@ def embed_new(services: Services, now: datetime) -> int:
 
 
 def fetch_step(
-    config: Config,
-    store: Store,
+    services: Services,
     now: datetime,
     *,
     only: Sequence[str] = (),
     progress: Callable[..., None] | None = None,
-    mailer_factory: MailerFactory | None = None,
 ) -> FetchReport:
-    """Fetch every configured source (or those in ``only``); record, log and alert on it."""
-    from newsletter.services import Services
-
-    services = Services(config, store, relay=mailer_factory)
+    """Fetch every configured source (or those in ``only``) with the process's ``services``;
+    record, log and alert on it."""
+    config, store = services.config, services.store
     settle_interrupted(store, now)
     lease = RunLease(store, "fetch", now, clock=services.clock)
     run_id = lease.id
