@@ -170,6 +170,8 @@ def do_send(
         wait=wait,
     )
     if do_fetch:
+        # a bad request is said before a long fetch: the one check edition.send makes
+        request = request.validated(services.config, services.store)
         print_fetch_report(fetch_step(services, now))
     if request.by_workers(services.config):
         return send_by_workers(services, request, now, started=obj.started)
