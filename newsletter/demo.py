@@ -22,8 +22,8 @@ from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError
+from newsletter.fetch_run import fetch_step
 from newsletter.ingest import FetchReport
-from newsletter.runs import fetch_step
 from newsletter.seeding import seed_subscribers
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store

@@ -23,7 +23,7 @@ from typing import Any
 
 from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError, listen_error
-from newsletter.runs import fetch_step
+from newsletter.fetch_run import fetch_step
 from newsletter.scheduler import Jobs, build_scheduler, due_filter
 
 log = logging.getLogger(__name__)

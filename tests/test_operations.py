@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import Config
+from newsletter.fetch_run import fetch_step
 from newsletter.ingest import run_fetch
 from newsletter.logs import JsonFormatter, step
-from newsletter.runs import fetch_step
 from newsletter.scheduler import due_filter
 from newsletter.services import Services
 from newsletter.store import Store

@@ -1,6 +1,6 @@
 """The operator's routine commands: ``db``, ``fetch``, ``status`` and ``bounces poll``.
 
-Each parses its options, calls one domain function (:func:`newsletter.runs.fetch_step`,
+Each parses its options, calls one domain function (:func:`newsletter.fetch_run.fetch_step`,
 :func:`newsletter.status.gather_status`, :func:`newsletter.bounces.poll.poll`, the store's
 migrations) with the command's :class:`~newsletter.services.Services`, and prints the result.
 """
@@ -72,7 +72,7 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
     """Pull new papers from every configured source and store them."""
     from rich.progress import Progress
 
-    from newsletter.runs import fetch_step
+    from newsletter.fetch_run import fetch_step
 
     with errors():
         config = obj.config

@@ -156,7 +156,7 @@ def do_send(
     The request is validated by :func:`newsletter.edition.send`, as for every front end; a bad
     one (:class:`~newsletter.edition.BadSendRequest`) is the command's ``error:`` line."""
     from newsletter.edition import SendRequest, send
-    from newsletter.runs import fetch_step
+    from newsletter.fetch_run import fetch_step
 
     services = obj.services()
     now = services.clock()
