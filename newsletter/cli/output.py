@@ -306,9 +306,7 @@ def print_send_report(report: Any, started: float | None = None) -> None:
         )
     if report.stopped:
         console.print("Stopped on request after the message in flight; run again to finish.")
-    if report.considered == 0:
-        pass
-    elif report.already == report.considered:
+    if report.considered and report.already == report.considered:
         console.print(
             f"Today's editions were already sent ({report.already} of {report.considered}); nothing to do."
         )

@@ -9,6 +9,7 @@ server that keeps every message, for trying things out.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -129,11 +130,9 @@ def inbound(obj: Context, host: str | None, port: int | None) -> None:
                 f" for {settings.address or 'any recipient'}. Ctrl-C stops it.",
                 highlight=False,
             )
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 while True:
                     time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
 
 
 @cli.command()
@@ -152,8 +151,6 @@ def sink(maildir: Path, port: int) -> None:
         output.console.print(
             f"SMTP sink on 127.0.0.1:{port}, storing into {maildir}. Ctrl-C stops it."
         )
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
