@@ -454,8 +454,11 @@ STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("newsletter.rank:Ranker.__init__",), RANK),
     (("newsletter.rank:Ranker.sections",), RANK),
     (("newsletter.edition:EditionBuilder.links",), LINKS),
-    (("newsletter.feedback:FeedbackLinks.tail",), LINKS),
-    (("newsletter.feedback:ReaderLinks.token",), LINKS),
+    (("newsletter.feedback:VoteLinks.tail", "newsletter.feedback:FeedbackLinks.tail"), LINKS),
+    (
+        ("newsletter.feedback:DigestVoteLinks.token", "newsletter.feedback:ReaderLinks.token"),
+        LINKS,
+    ),
     (("newsletter.render:Renderer.__init__",), RENDER),
     (("newsletter.render:Renderer.render",), RENDER),
     (("newsletter.edition:EditionBuilder.envelope",), MIME),
