@@ -121,11 +121,13 @@ def test_without_feedback_links_the_digest_shows_none() -> None:
 def test_feed_text_that_looks_like_a_hole_stays_text() -> None:
     import dataclasses
 
-    from newsletter import render
+    from newsletter import fragments
 
     digest = D.digest(PAPERS, per_topic=2)
     item = digest.sections[0].items[0]
-    fake = f"fbk000000000000x{item.paper.id}m and {render._HOLE_MARK[:-1]}"  # no full prefix known
+    fake = (
+        f"fbk000000000000x{item.paper.id}m and {fragments.HOLE_MARK[:-1]}"  # no full prefix known
+    )
     paper = dataclasses.replace(item.paper, title=fake)
     section = dataclasses.replace(
         digest.sections[0],
