@@ -231,11 +231,9 @@ class DigestVote:
     def path(self) -> str:
         """What follows ``/feedback/`` in the link."""
         tail = f"{self.paper_id}/{_WORD[self.value]}"
-        return (
-            f"{self.token}/{topic_segment(self.topic)}/{tail}"
-            if self.topic
-            else (f"{self.token}/{tail}")
-        )
+        if self.topic:
+            return f"{self.token}/{topic_segment(self.topic)}/{tail}"
+        return f"{self.token}/{tail}"
 
 
 @dataclass(frozen=True, slots=True)
