@@ -25,6 +25,7 @@ from newsletter.addresses import envelope_address, format_address
 from newsletter.deliver import Envelope, MailerFactory, header_safe, make_message_id
 from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.mime import header_address
+from newsletter.feedback import digest_reader
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.render import make_environment
 from newsletter.services import Services
@@ -187,23 +188,8 @@ class Mailing:
 
         Raises :class:`TokenError` for a tampered, foreign or expired token.
         """
-        data, signed = self.tokens.read_signed(Purpose.VIEW, token)
-        try:
-            sid = data["s"]
-            day = date.fromisoformat(data["d"])
-            if not isinstance(sid, int):
-                raise TypeError(sid)
-        except (KeyError, TypeError, ValueError) as e:
-            raise TokenError("this link is not valid") from e
-        sub = self.store.subscriber_by_id(sid)
-        if sub is None:
-            return None, day, signed
-        made_for = self.tokens.made_for(data, sub.email)
-        if made_for is not None:
-            return (sub if made_for else None), day, signed
-        # A link made before view links named the address: good only if this subscriber
-        # already existed when it was signed (an id reused later belongs to someone else).
-        return (sub if sub.created < signed + timedelta(seconds=1) else None), day, signed
+        got = digest_reader(self.tokens, self.store, token)
+        return got.subscriber, got.edition_date, got.signed
 
     def _send_links(self, subscriber: Subscriber, *, reply: bool = False) -> None:
         self._send(
