@@ -20,6 +20,7 @@ which each section links to.
     python -m bench --rebuild  # only rebuild docs/benchmarks.md from docs/benchmarks/*.md
     python -m bench scale --subscribers 100000   # options for one benchmark (see its main())
     python -m bench send --subscribers 30000     # `newsletter send --now` itself, both backends
+    python -m bench send --baseline ../base      # ... and the same sends by another checkout
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ def main() -> int:
         default=None,
         help="subscribers for the benchmarks that take a size (scale: default 100000; send: 10000)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a worktree of another commit, with its .venv built: the benchmarks that take one "
+        "(send) measure its code in the same run and report this code against it",
+    )
     args = parser.parse_args()
     if args.rebuild:
         rebuild()
@@ -164,7 +172,9 @@ def main() -> int:
         module = importlib.import_module(f"bench.bench_{name}")
         print(f"== {name}", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        options = {"subscribers": args.subscribers} if args.subscribers else {}
+        options: dict[str, object] = {"subscribers": args.subscribers} if args.subscribers else {}
+        if args.baseline is not None:
+            options["baseline"] = args.baseline.resolve()
         accepted = inspect.signature(module.main).parameters
         section = module.main(
             quick=args.quick, **{k: v for k, v in options.items() if k in accepted}

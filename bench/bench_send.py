@@ -18,6 +18,13 @@ command's own CPU and peak RSS from the kernel when it exits (``os.wait4``); on 
 of the server processes serving the bench database (``/proc/<pid>/stat`` of its backends, sampled
 while they live) and ``pg_stat_user_tables`` for ``editions`` (sequential scans, rows they read).
 
+The papers' embedding vectors are stored before each send, as ``newsletter fetch`` leaves them
+(:func:`seed_vectors`): a send reads vectors and never runs the model (embedded once per bench
+run, copied into each database). ``--baseline DIR``: the same sends, in the same run, by the
+code checked out in the worktree DIR (its own ``.venv``, its own seeding, its own
+``bench/bench_send.py``), one before each of this code's sends; the report gives this code's CPU
+per digest as a share of the baseline's.
+
 Where each digest's CPU goes: a second send of each backend runs the same command in-process
 (``python -m bench.bench_send profile OUT -- ARGS``, imports included) with a :class:`StageClock`,
 which reads the thread's CPU clock around each stage function (:data:`STAGES`); each group's share
@@ -46,6 +53,7 @@ import yaml
 from sqlalchemy import create_engine, make_url, text
 
 from bench import summary
+from newsletter.clock import utcnow
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("NEWSLETTER_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -170,6 +178,40 @@ def seed(db: Database, n: int, topic_list: list[dict[str, Any]]) -> None:
         populate(store, n, random.Random(n))
     finally:
         store.close()
+
+
+_VECTORS: list[dict[str, Any]] = []
+"""The embedding rows of the seeded papers, made once per bench run (same papers, same texts)."""
+
+
+def seed_vectors(config_path: Path) -> None:
+    """Store the papers' and topics' embedding vectors as ``newsletter fetch`` does
+    (``embed_new``), so that the send reads them; a no-op when semantic ranking is off or its
+    model is not installed. The first call embeds, later ones copy its rows."""
+    import importlib
+
+    from newsletter.config import load_config
+    from newsletter.services import Services
+    from newsletter.store import tables as t
+
+    services = Services.open(load_config(config_path))
+    try:
+        if services.vectors.problem:
+            return
+        engine = services.store.engine
+        if not _VECTORS:
+            try:  # where a fetch embeds: fetch_run.py since its rename, runs.py before
+                module = importlib.import_module("newsletter.fetch_run")
+            except ImportError:
+                module = importlib.import_module("newsletter.runs")
+            module.embed_new(services, utcnow())
+            with engine.connect() as conn:
+                _VECTORS.extend(dict(r._mapping) for r in conn.execute(t.embeddings.select()))
+        else:
+            with engine.begin() as conn:
+                conn.execute(t.embeddings.insert(), _VECTORS)
+    finally:
+        services.store.close()
 
 
 # ---------------------------------------------------------------------------- server CPU
@@ -395,6 +437,7 @@ def measure(backend: str, n: int, tmp: Path, topics: list[dict[str, Any]] | None
         seed(db, n, topics)
         sink = Sink(tmp, f"{backend}-send")
         config = write_config(tmp / f"{backend}-send.yaml", db, sink.port, topics)
+        seed_vectors(config)
         load0 = os.getloadavg()[0]
         server = ServerCpu(db.name) if backend == "postgresql" else None
         try:
@@ -429,6 +472,49 @@ def measure(backend: str, n: int, tmp: Path, topics: list[dict[str, Any]] | None
     )
 
 
+_BASELINE_SCRIPT = """
+import json, sys
+from dataclasses import asdict
+from pathlib import Path
+from bench import bench_send
+send = bench_send.measure(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))
+print("SEND " + json.dumps(asdict(send), default=str))
+"""
+
+
+def measure_baseline(baseline: Path, backend: str, n: int, tmp: Path) -> Send:
+    """:func:`measure` as the code checked out in ``baseline`` runs it (its venv, its seeding,
+    its command), in a subprocess; raises if it failed."""
+    python = baseline / ".venv" / "bin" / "python"
+    out = subprocess.run(
+        [str(python), "-c", _BASELINE_SCRIPT, backend, str(n), str(tmp)],
+        cwd=baseline,
+        env={**os.environ, "NEWSLETTER_BENCH_PG": PG_URL},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("SEND ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"the baseline's send failed: {out.stderr[-3000:]}")
+    data = json.loads(line.removeprefix("SEND "))
+    known = {f for f in Send.__dataclass_fields__}
+    send = Send(**{k: v for k, v in data.items() if k in known})
+    send.load = (send.load[0], send.load[1])
+    return send
+
+
+def baseline_name(baseline: Path) -> str:
+    """The short commit the baseline worktree has checked out."""
+    out = subprocess.run(
+        ["git", "-C", str(baseline), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip() or baseline.name
+
+
 # ---------------------------------------------------------------------------- where the CPU goes
 
 LEDGER = "ledger: claims and marks (store ledger, LedgerWriter)"
@@ -454,8 +540,11 @@ STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("newsletter.rank:Ranker.__init__",), RANK),
     (("newsletter.rank:Ranker.sections",), RANK),
     (("newsletter.edition:EditionBuilder.links",), LINKS),
-    (("newsletter.feedback:FeedbackLinks.tail",), LINKS),
-    (("newsletter.feedback:ReaderLinks.token",), LINKS),
+    (("newsletter.feedback:VoteLinks.tail", "newsletter.feedback:FeedbackLinks.tail"), LINKS),
+    (
+        ("newsletter.feedback:DigestVoteLinks.token", "newsletter.feedback:ReaderLinks.token"),
+        LINKS,
+    ),
     (("newsletter.render:Renderer.__init__",), RENDER),
     (("newsletter.render:Renderer.render",), RENDER),
     (("newsletter.edition:EditionBuilder.envelope",), MIME),
@@ -667,6 +756,7 @@ def profile(backend: str, n: int, tmp: Path, topics: list[dict[str, Any]]) -> di
         seed(db, n, topics)
         sink = Sink(tmp, f"{backend}-profile")
         config = write_config(tmp / f"{backend}-profile.yaml", db, sink.port, topics)
+        seed_vectors(config)
         out = tmp / f"{backend}.profile.json"
         try:
             run_cli(config, tmp / f"{backend}-profile.log", profile=out)
@@ -693,7 +783,7 @@ def pg_reason() -> str | None:
 # ---------------------------------------------------------------------------- main
 
 
-def main(quick: bool, subscribers: int = 10_000) -> str:
+def main(quick: bool, subscribers: int = 10_000, baseline: Path | None = None) -> str:
     n = 300 if quick else subscribers
     topics = topic_list()
     backends = ["sqlite"]
@@ -704,10 +794,15 @@ def main(quick: bool, subscribers: int = 10_000) -> str:
     else:
         notes.append(f"PostgreSQL skipped: {reason}")
     sends: list[Send] = []
+    base: list[Send] = []
     profiles: dict[str, Counter[str]] = {}  # CPU seconds per group
     with TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for backend in backends:
+            if baseline is not None:
+                print(f"  {backend}: baseline {baseline}", file=sys.stderr, flush=True)
+                base.append(measure_baseline(baseline, backend, n, tmp))
+                print(f"  {json.dumps(base[-1].as_dict(), default=str)}", file=sys.stderr)
             print(f"  {backend}: send --now, {n:,} subscribers", file=sys.stderr, flush=True)
             sends.append(measure(backend, n, tmp, topics))
             print(f"  {json.dumps(sends[-1].as_dict(), default=str)}", file=sys.stderr, flush=True)
@@ -716,15 +811,31 @@ def main(quick: bool, subscribers: int = 10_000) -> str:
             got = profile(backend, n, tmp, topics)
             profiles[backend] = Counter(got["cpu"])
             print(f"  {json.dumps(got)}", file=sys.stderr, flush=True)
-    return report(sends, profiles, notes)
+    return report(sends, profiles, notes, base, baseline_name(baseline) if baseline else "")
 
 
 def _name(backend: str) -> str:
     return {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[backend]
 
 
-def report(sends: list[Send], profiles: dict[str, Counter[str]], notes: list[str]) -> str:
+def report(
+    sends: list[Send],
+    profiles: dict[str, Counter[str]],
+    notes: list[str],
+    base: list[Send] | None = None,
+    base_name: str = "",
+) -> str:
+    """The section; with ``base`` (the baseline's sends, one per backend, ``--baseline``), its
+    CPU per digest and this code's share of it are columns of the table, with their verdicts."""
     n = sends[0].subscribers
+    base = base or []
+    against = (
+        f" Against `{base_name}`: the same send by that commit's code from a worktree beside this "
+        "one (its venv, its seeding), right before each of this code's sends."
+        if base
+        else ""
+    )
+    extra = f" {base_name} CPU per digest | share |" if base else ""
     lines = [
         "## Send: `newsletter send --now` as an operator runs it",
         "",
@@ -734,12 +845,14 @@ def report(sends: list[Send], profiles: dict[str, Counter[str]], notes: list[str
         "of that send (the median-sized message the sink received) as many times, over "
         f"{POOL} connections, to a fresh sink, right after the send. CPU and peak RSS: the "
         "command's own (kernel accounting at exit); database server: the CPU of the PostgreSQL "
-        "backends serving the send's database (`/proc`).",
+        "backends serving the send's database (`/proc`)." + against,
         "",
         "| backend | wall | digests/s | raw digests/s | send / raw | CPU per digest | "
-        "DB server CPU per digest | peak RSS | `editions` seq scans (rows read) | load avg |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "DB server CPU per digest | peak RSS | `editions` seq scans (rows read) | load avg |"
+        + extra,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if base else ""),
     ]
+    old = {b.backend: b for b in base}
     for s in sends:
         server = f"{s.server_ms:.2f} ms" if s.server_ms is not None else "(in process)"
         scans = (
@@ -749,13 +862,32 @@ def report(sends: list[Send], profiles: dict[str, Counter[str]], notes: list[str
             f"| {_name(s.backend)} | {s.wall:.1f} s | {s.rate:,.0f} | {s.raw_rate:,.0f} | "
             f"**{s.ratio:.2f}** | {s.cpu_ms:.2f} ms | {server} | {s.peak_rss_mb:.0f} MB | "
             f"{scans} | {s.load[0]:.1f} → {s.load[1]:.1f} |"
+            + (
+                f" {old[s.backend].cpu_ms:.2f} ms | **{s.cpu_ms / old[s.backend].cpu_ms:.0%}** |"
+                if s.backend in old
+                else ""
+            )
         )
     lines.append("")
     for s in sends:
-        lines.append(
-            summary(f"`send --now` vs raw smtplib, {_name(s.backend)}", f"{s.ratio:.2f}", None)
-        )
-        lines.append(summary(f"CPU per digest, {_name(s.backend)}", f"{s.cpu_ms:.2f} ms", None))
+        name = _name(s.backend)
+        if s.backend in old:  # the issue 30 targets
+            share = s.cpu_ms / old[s.backend].cpu_ms
+            lines.append(
+                summary(
+                    f"`send --now` vs raw smtplib, {name} (≥ 0.80)",
+                    f"{s.ratio:.2f}",
+                    s.ratio >= 0.8,
+                )
+            )
+            lines.append(
+                summary(
+                    f"CPU per digest vs {base_name}, {name} (≤ 55 %)", f"{share:.0%}", share <= 0.55
+                )
+            )
+            continue
+        lines.append(summary(f"`send --now` vs raw smtplib, {name}", f"{s.ratio:.2f}", None))
+        lines.append(summary(f"CPU per digest, {name}", f"{s.cpu_ms:.2f} ms", None))
     for s in sends:
         lines.append(
             f"- {_name(s.backend)}: {s.delivered:,} messages to {s.recipients:,} distinct "

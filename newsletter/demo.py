@@ -13,6 +13,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -21,8 +22,8 @@ from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError
+from newsletter.fetch_run import fetch_step
 from newsletter.ingest import FetchReport
-from newsletter.runs import fetch_step
 from newsletter.seeding import seed_subscribers
 from newsletter.sink import MaildirSink, html_part, read_maildir
 from newsletter.store import Store
@@ -74,14 +75,17 @@ def run_demo(
     console: Console,
     *,
     print_fetch_report: Callable[[FetchReport], object],
+    clock: Callable[[], datetime] = utcnow,
 ) -> Path | None:
     """Start a sink, migrate, seed, fetch, send; print a summary and where the digests are.
 
-    ``config`` is the one :func:`prepare_demo` returned. The command line passes its fetch
-    report printer, so this module does not import it back."""
+    ``config`` is the one :func:`prepare_demo` returned; the demo's one
+    :class:`~newsletter.services.Services` is built on it (its own database, the sink as its
+    relay) with ``clock``. The command line passes its fetch report printer, so this module
+    does not import it back."""
     store = Store(config.database_url)
     try:
-        return _run(config, store, var, console, print_fetch_report)
+        return _run(config, store, var, console, print_fetch_report, clock)
     finally:
         store.close()
 
@@ -92,11 +96,12 @@ def _run(
     var: Path,
     console: Console,
     print_fetch_report: Callable[[FetchReport], object],
+    clock: Callable[[], datetime],
 ) -> Path | None:
     maildir = var / "maildir"
     store.upgrade()
-    seed_subscribers(config, store)
-    now = utcnow()
+    now = clock()
+    seed_subscribers(config, store, now=now)
     with MaildirSink(maildir) as sink:
         smtp = config.settings.smtp.model_copy(
             update={"host": "127.0.0.1", "port": sink.port, "security": "none", "username": None}
@@ -104,9 +109,10 @@ def _run(
         settings = config.settings.model_copy(update={"smtp": smtp})
         config = replace(config, settings=settings)
         console.print(f"SMTP sink listening on 127.0.0.1:{sink.port} → {maildir}")
-        fetched = fetch_step(config, store, now)
+        services = Services(config, store, clock=clock)
+        fetched = fetch_step(services, now)
         print_fetch_report(fetched)
-        outcome = send(Services(config, store), SendRequest(keep_rendered=100), now=now)
+        outcome = send(services, SendRequest(keep_rendered=100), now=now)
         report = outcome.report
         assert report is not None  # sent in this process: the demo has no workers
     html_dir = var / "html"

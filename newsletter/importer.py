@@ -22,6 +22,7 @@ from newsletter.config import Config
 from newsletter.errors import NewsletterError
 from newsletter.exporter import from_spreadsheet_cell
 from newsletter.models import Frequency, NewSubscriber, SubscriberStatus
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import (
     LIVE,
@@ -86,8 +87,7 @@ def _zones() -> frozenset[str]:
 
 
 def import_csv(
-    config: Config,
-    store: Store,
+    services: Services,
     path: Path,
     now: datetime,
     *,
@@ -100,7 +100,8 @@ def import_csv(
     Refused rows are reported and the rest go on; raises :class:`ImportFileError` when the
     file has no header with an ``email`` column.
     """
-    service = Subscriptions(config, store)
+    config, store = services.config, services.store
+    service = Subscriptions(services)
     report = ImportReport()
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)

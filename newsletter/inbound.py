@@ -212,9 +212,7 @@ class InboundHandler:
         self.service = service
         self.settings = settings
         self.outcomes: list[Outcome | None] = []
-        self.bounces = BounceReceiver.from_config(
-            service.config, service.store, service.now, services=service.services
-        )
+        self.bounces = BounceReceiver.from_config(service.services)
         """Takes mail to the bounce address (``bounces.enabled``), see :mod:`newsletter.bounces`."""
 
     async def handle_RCPT(

@@ -9,15 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from newsletter.config import Config
 from newsletter.edition import EditionBuilder, edition_date_for
 from newsletter.edition.build import day_ranker, history_since
 from newsletter.models import Digest, DigestItem, Subscriber, TopicSection
 from newsletter.rank import Explanation, Ranker
 from newsletter.render import RenderedDigest
-from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
-from newsletter.store import Store
 
 
 @dataclass(frozen=True)
@@ -61,13 +58,12 @@ class RankPreview:
     """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
 
 
-def rank_preview(
-    config: Config, store: Store, subscriber: Subscriber, now: datetime
-) -> RankPreview:
+def rank_preview(services: Services, subscriber: Subscriber, now: datetime) -> RankPreview:
     """The ranking ``subscriber`` would get at ``now``: sections, scores, reasons and
     explanations, with the papers already sent to them left out."""
+    config, store = services.config, services.store
     settings = config.settings
-    vectors = VectorSource(config, store, lambda: now)
+    vectors = services.vectors
     papers, ranker = day_ranker(config, store, now, vectors)
     sent = store.sent_paper_ids([subscriber.id], since=history_since(papers))[subscriber.id]
     sent &= {p.id for p in papers}  # already sent among today's papers
@@ -126,11 +122,10 @@ class RenderPreview:
     be sent (``rendered`` holds the "nothing new" note ``digest.empty: send`` would send)."""
 
 
-def render_preview(
-    config: Config, store: Store, subscriber: Subscriber, now: datetime
-) -> RenderPreview:
+def render_preview(services: Services, subscriber: Subscriber, now: datetime) -> RenderPreview:
     """The digest ``subscriber`` would get at ``now`` (their local date's edition), rendered."""
-    builder = EditionBuilder(Services(config, store), now)
+    config, store = services.config, services.store
+    builder = EditionBuilder(services, now)
     sent = store.sent_paper_ids([subscriber.id], since=builder.history_since)[subscriber.id]
     digest = builder.digest(
         subscriber,

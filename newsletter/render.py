@@ -30,11 +30,8 @@ characters as references, so the HTML is ASCII (several times faster to join, ha
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
 
-Why one module of this length: the Jinja environment (memoized filters, the fragment cache and
-its feedback holes) and the :class:`Renderer` share private per-message state (the ``_READER``
-and ``_CACHING`` context variables), and with the inlining they keep one promise: the fast path
-writes the same message as premailer per message would. Split, that state would have to become
-public. Most of the rest is the explanation above and the small filters the templates use.
+The fragment and whole-message caches and their holes live in :mod:`newsletter.fragments`;
+inlining the CSS once, in :mod:`newsletter.inline`.
 """
 
 from __future__ import annotations
@@ -42,20 +39,36 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import secrets
 from collections.abc import Callable
-from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import jinja2
 import markupsafe
-import premailer
 
 from newsletter.config import Settings
 from newsletter.excerpts import excerpt, lead_excerpt
+from newsletter.fragments import (
+    CACHE_SIZE,
+    READER,
+    Fragments,
+    Skeleton,
+    Skeletons,
+    deferring,
+    feedback_link,
+    html_value,
+    reader_mark,
+    render_skeleton,
+)
+from newsletter.inline import (
+    PREMAILER_OPTIONS,
+    NotInlinable,
+    inline_css,
+    inline_template_source,
+    to_references,
+)
 from newsletter.latex import to_text
 from newsletter.models import Digest, DigestItem
 
@@ -63,14 +76,6 @@ log = logging.getLogger(__name__)
 
 TEXT_WIDTH = 76
 """The text part is wrapped at this width (a URL longer than a line stays whole)."""
-
-CACHE_SIZE = 4096
-"""Memoized per-paper values and cards kept per renderer (bounded: the web app's renderer lives
-long; a few MB at most). A run with more papers than this still works: the cache starts over."""
-
-FRAGMENT_CHARS = 8_000_000
-"""Characters of rendered sections and cards kept per template environment (the HTML is ASCII:
-one byte each), so a run's memory stays flat however many different sections it renders."""
 
 
 def shipped_templates_dir() -> Path:
@@ -162,10 +167,10 @@ def make_environment(
     env.filters["short_authors"] = _memo(short_authors)
     env.filters["excerpt"] = _memo(excerpt)
     env.filters["latex"] = to_text  # memoized itself: LaTeX in titles and abstracts as text
-    env.filters["wrap"] = _memo(wrap)
-    env.filters["url"] = _memo(safe_url)
+    env.filters["wrap"] = deferring(_memo(wrap))  # a line with the reader's address: per reader
+    env.filters["url"] = deferring(_memo(safe_url))
     env.globals["once"] = Fragments()
-    env.globals["feedback"] = _feedback
+    env.globals["feedback"] = feedback_link
     env.filters["thousands"] = thousands
     env.filters["emphasis"] = _memo(emphasis)
     return env
@@ -175,99 +180,8 @@ def _ascii_markup(value: object) -> object:
     """An expression's value with non-ASCII characters as references (escaped first)."""
     if isinstance(value, str) and not value.isascii():
         escaped = str(markupsafe.escape(value))
-        return markupsafe.Markup(_to_references(escaped))  # noqa: S704 - escaped just above
+        return markupsafe.Markup(to_references(escaped))  # noqa: S704 - escaped just above
     return value
-
-
-def _to_references(text: str) -> str:
-    return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
-
-
-_HOLE_MARK = f"fbk{secrets.token_hex(6)}x"
-"""Feedback links inside a cached fragment are written as ``_HOLE_MARK + paper id + m|l``, filled
-in per reader; random per process, so no feed text can pass for one."""
-_HOLE = re.compile(rf"{_HOLE_MARK}(\d+)([ml])")
-_CACHING: ContextVar[int] = ContextVar("newsletter_render_caching", default=0)
-"""How many fragments are being rendered for the cache (in this thread) right now."""
-_READER: ContextVar[Callable[[int, str], str] | None] = ContextVar(
-    "newsletter_render_reader", default=None
-)
-"""The message being rendered: its feedback link for (paper id, ``m`` or ``l``)."""
-
-
-class _Holes:
-    """A cached fragment with the reader's feedback links left out: text, hole, text, ..."""
-
-    __slots__ = ("body", "markup", "parts")
-
-    def __init__(self, body: str) -> None:
-        self.body = body
-        self.markup = isinstance(body, markupsafe.Markup)
-        """Rendered with autoescape: the joined copy is markup too (links come escaped)."""
-        pieces = _HOLE.split(body)  # text, id, kind, text, id, kind, ..., text
-        self.parts: tuple[str | tuple[int, str], ...] = tuple(
-            pieces[i] if i % 3 == 0 else (int(pieces[i]), pieces[i + 1])
-            for i in range(0, len(pieces))
-            if i % 3 != 2
-        )
-
-    def fill(self) -> str:
-        if _CACHING.get():  # inside a fragment being cached: keep the holes
-            return self.body
-        reader = _READER.get() or _no_link
-        joined = "".join(p if type(p) is str else reader(*p) for p in self.parts)
-        return markupsafe.Markup(joined) if self.markup else joined  # noqa: S704 - escaped parts
-
-
-def _no_link(pid: int, kind: str) -> str:
-    return ""
-
-
-class Fragments:
-    """``{% call once(key...) %}body{% endcall %}``: the body rendered once per key, then reused.
-
-    The digest templates wrap each topic section in it (keyed by the ``TopicSection``, items and
-    reasons included, so a different section is a different key: most readers of a topic get
-    the same one) and, inside, each paper's card (keyed by the ``Paper`` itself, so a changed
-    paper is a new key). Only what depends on the key may be inside, except the reader's
-    feedback links: a body with ``feedback(...)`` links is kept with holes in their place,
-    filled per reader. Bounded by entries and by characters held: the oldest entries go first.
-    """
-
-    def __init__(self, size: int = CACHE_SIZE, max_chars: int = FRAGMENT_CHARS) -> None:
-        self.size = size
-        self.max_chars = max_chars
-        self._cache: dict[tuple[object, ...], str | _Holes] = {}
-        self._chars = 0
-
-    def __call__(self, *key: object, caller: Callable[[], str]) -> str:
-        try:
-            hit = self._cache.get(key)
-        except TypeError:  # an unhashable key: no caching
-            return caller()
-        if hit is None:
-            depth = _CACHING.set(_CACHING.get() + 1)
-            try:
-                body = caller()
-            finally:
-                _CACHING.reset(depth)
-            hit = _Holes(body) if _HOLE_MARK in body else body
-            cache = self._cache
-            self._chars += len(body)
-            while cache and (len(cache) >= self.size or self._chars > self.max_chars):
-                gone = cache.pop(next(iter(cache)))
-                self._chars -= len(gone.body if isinstance(gone, _Holes) else gone)
-            cache[key] = hit
-        return hit.fill() if isinstance(hit, _Holes) else hit
-
-
-def _feedback(item: DigestItem, value: int) -> str:
-    """``{{ feedback(item, 1) }}``: the reader's link, or a hole inside a fragment being cached."""
-    kind = "m" if value > 0 else "l"
-    if _CACHING.get():
-        return f"{_HOLE_MARK}{item.paper.id}{kind}"
-    reader = _READER.get()
-    return "" if reader is None else reader(item.paper.id, kind)
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
@@ -358,96 +272,6 @@ def _topics(digest: Digest) -> str:
     return ", ".join(s.title for s in digest.sections if s.items) or ", ".join(digest.topic_titles)
 
 
-# ---------------------------------------------------------------------------- inlining
-
-
-PREMAILER_OPTIONS: dict[str, Any] = {
-    "keep_style_tags": True,
-    "strip_important": False,
-    "disable_validation": True,
-    "cssutils_logging_level": logging.CRITICAL,
-    "allow_network": False,
-}
-
-
-def inline_css(html: str) -> str:
-    """premailer with the options every path uses (per message, or once on a template)."""
-    return str(premailer.transform(html, **PREMAILER_OPTIONS))
-
-
-_JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
-_JINJA_TAG = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
-_MARK = "Jx9q"
-_PLACEHOLDER = re.compile(rf"<!--{_MARK}(\d+)q9xJ-->|{_MARK}(\d+)q9xJ")
-_DATA_ATTR = re.compile(rf"""\s(class|id|style)\s*=\s*(["'])[^"']*{_MARK}\d+q9xJ""", re.IGNORECASE)
-_COMPOSES = re.compile(r"\{%-?\s*(include|extends|import|from)\b")
-_START_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9]*)")
-
-
-_RAW_TEXT = re.compile(r"<(/?)(title|style|script|textarea)\b", re.IGNORECASE)
-
-
-def _in_tag_or_raw_text(html: str, at: int) -> bool:
-    """Whether position ``at`` is inside a tag, or inside ``<title>``/``<style>``/... text,
-    where an HTML comment would not be a comment."""
-    if html.rfind("<", 0, at) > html.rfind(">", 0, at):
-        return True
-    opened = [m for m in _RAW_TEXT.finditer(html, 0, at)]
-    return bool(opened) and opened[-1].group(1) == ""
-
-
-class NotInlinable(Exception):
-    """A template whose CSS cannot be inlined once; the reason says why."""
-
-
-def inline_template_source(source: str) -> str:
-    """Inline the CSS of a Jinja HTML template once; the result is still a Jinja template.
-
-    Each ``{{ expression }}`` becomes an alphanumeric placeholder; each ``{% statement %}``
-    becomes an HTML comment holding one (an alphanumeric one inside a tag), so the HTML parser
-    leaves it where it is even between table rows or in ``<head>``; ``{# comments #}`` go.
-    Raises :class:`NotInlinable` when the result would differ from inlining each rendered
-    message: data-built ``class``/``id``/``style``, composed templates, or Jinja tags or elements
-    that the HTML parser moved or dropped.
-    """
-    if _MARK in source:
-        raise NotInlinable(f"the template contains the placeholder marker {_MARK!r}")
-    if m := _COMPOSES.search(source):
-        raise NotInlinable(f"it uses {{% {m.group(1)} %}}; its parts would not be inlined")
-    source = _JINJA_COMMENT.sub("", source)
-    blank = _JINJA_TAG.sub(lambda m: " " * len(m.group()), source)
-    tags: list[str] = []
-    out: list[str] = []
-    at = 0
-    for m in _JINJA_TAG.finditer(source):
-        before = source[at : m.start()]
-        out.append(before)
-        at = m.end()
-        tags.append(m.group())
-        mark = f"{_MARK}{len(tags) - 1}q9xJ"
-        bare = m.group().startswith("{{") or _in_tag_or_raw_text(blank, m.start())
-        out.append(mark if bare else f"<!--{mark}-->")
-    out.append(source[at:])
-    protected = "".join(out)
-    if m := _DATA_ATTR.search(protected):
-        raise NotInlinable(
-            f"its {m.group(1)} attribute is built from data; styles would be lost (keep it static)"
-        )
-    inlined = inline_css(protected)
-    found = [m.group() for m in _PLACEHOLDER.finditer(inlined)]
-    if found != [m.group() for m in _PLACEHOLDER.finditer(protected)]:
-        raise NotInlinable("the HTML parser moved, dropped or rewrote some Jinja tags")
-    if _START_TAG.findall(_PLACEHOLDER.sub("", protected)) != _START_TAG.findall(
-        _PLACEHOLDER.sub("", inlined)
-    ):
-        raise NotInlinable("the HTML parser moved or dropped elements (is the markup valid?)")
-    # premailer's serializer turns character references into characters; the template's own
-    # non-ASCII text (typographic quotes, the preheader padding) goes back to references, so
-    # that the rendered HTML is ASCII (see make_environment's ascii_html).
-    inlined = _to_references(inlined)
-    return _PLACEHOLDER.sub(lambda m: tags[int(m.group(1) or m.group(2))], inlined)
-
-
 # ---------------------------------------------------------------------------- the renderer
 
 
@@ -470,6 +294,20 @@ class Renderer:
         """The HTML template with its CSS inlined, or ``None`` (premailer per message)."""
         if inline_once:
             self.inlined = self._inline_once()
+        self.skeletons: Skeletons | None = None
+        """Whole messages rendered once per set of readers (see :meth:`render`): only for the
+        shipped templates, which the tests hold byte-equal to rendering each message."""
+        if self.inlined is not None and self._shipped():
+            self.skeletons = Skeletons()
+
+    def _shipped(self) -> bool:
+        assert self.env.loader is not None
+        shipped = shipped_templates_dir()
+        for name in ("digest.html", "digest.txt"):
+            _, filename, _ = self.env.loader.get_source(self.env, name)
+            if filename is None or Path(filename).resolve().parent != shipped:
+                return False
+        return True
 
     def _inline_once(self) -> jinja2.Template | None:
         assert self.env.loader is not None
@@ -558,22 +396,82 @@ class Renderer:
         }
 
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
-        """The digest as subject, preheader, HTML (CSS inlined) and plain text."""
-        ctx = self.context(digest, links)
+        """The digest as subject, preheader, HTML (CSS inlined) and plain text.
+
+        Readers whose digests have the same sections, titles and date (the same topics and no
+        votes) share one rendering of each part, cut where their own values go (address, name,
+        links: :mod:`newsletter.fragments`); each reader's copy is a join with theirs.
+        """
         html_links = text_links = None
         if links.feedback is not None:
             html_links, text_links = self._reader(digest, links.feedback)
-        reader = _READER.set(html_links)
+        shared = self._skeletons(digest, links) if self.skeletons is not None else None
+        if shared is not None:
+            sub = digest.subscriber
+            raw = {
+                "e": sub.email,
+                "n": sub.name,
+                "v": links.view or "",
+                "m": links.manage,
+                "u": links.unsubscribe,
+            }
+            written = {k: html_value(v) for k, v in raw.items()}
+            html = shared[0].fill(raw, written, html_value, html_links)
+            text = shared[1].fill(raw, raw, str, text_links)
+            return RenderedDigest(self.subject(digest), summary_line(digest), html, text)
+        ctx = self.context(digest, links)
+        reader = READER.set(html_links)
         try:
             if self.inlined is not None:
                 html = self.inlined.render(ctx)
             else:
                 html = inline_css(self.html_template.render(ctx))
-            _READER.set(text_links)
+            READER.set(text_links)
             text = self.text_template.render(ctx)
         finally:
-            _READER.reset(reader)
+            READER.reset(reader)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
+
+    def _skeletons(self, digest: Digest, links: DigestLinks) -> tuple[Skeleton, Skeleton] | None:
+        """The shared (HTML, text) renderings for this digest's readers, made on first use."""
+        assert self.skeletons is not None and self.inlined is not None
+        sub = digest.subscriber
+        own = (sub.email, sub.name, links.view, links.manage, links.unsubscribe)
+        key = (
+            digest.sections,
+            digest.topic_titles,
+            digest.edition_date,
+            tuple(v if not v else True for v in own),  # a missing value is part of the shape
+            links.feedback is None,
+            links.by_mail,
+        )
+        try:
+            found = self.skeletons.get(key)
+        except TypeError:  # unhashable: render alone
+            return None
+        if found is not False:
+            return found  # type: ignore[return-value]
+        # Each value the reader has becomes a hole; a missing one stays as it is (key above).
+        stand_in = replace(
+            digest,
+            subscriber=replace(
+                sub, email=sub.email and reader_mark("e"), name=sub.name and reader_mark("n")
+            ),
+        )
+        ctx = self.context(
+            stand_in,
+            replace(
+                links,
+                view=links.view and reader_mark("v"),
+                manage=links.manage and reader_mark("m"),
+                unsubscribe=links.unsubscribe and reader_mark("u"),
+            ),
+        )
+        html = render_skeleton(lambda: self.inlined.render(ctx))  # type: ignore[union-attr]
+        text = render_skeleton(lambda: self.text_template.render(ctx))
+        made = None if html is None or text is None else (html, text)
+        self.skeletons.put(key, made)
+        return made
 
 
 def _date_label(d: date) -> str:
@@ -581,6 +479,7 @@ def _date_label(d: date) -> str:
 
 
 __all__ = [
+    "PREMAILER_OPTIONS",
     "DigestItem",
     "DigestLinks",
     "FeedbackUrls",

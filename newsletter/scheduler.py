@@ -1,11 +1,11 @@
 """The scheduler: the APScheduler 3.x jobs (fetch on cron times, a tick that sends the editions
 now due), which subscribers are due at a tick (:func:`due_filter`, from each subscriber's
-:class:`~newsletter.schedule.Preferences`), how many editions were missed, and the next runs.
+:class:`~newsletter.due.Preferences`), how many editions were missed, and the next runs.
 
 The tick is idempotent (the ledger claims each subscriber's edition once), so the scheduler,
 a manual ``newsletter send --now`` and a restarted process can all run it safely. Fetch times
 are cron triggers in their own timezone (APScheduler handles DST for those); edition times are
-per subscriber and computed by :mod:`newsletter.schedule` on every tick.
+per subscriber and computed by :mod:`newsletter.due` on every tick.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.due import Preferences, due_now, missed, zone_name
 from newsletter.models import Subscriber
-from newsletter.schedule import Preferences, due_now, missed, zone_name
 from newsletter.store import Store
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
@@ -19,10 +20,14 @@ log = logging.getLogger(__name__)
 
 
 def seed_subscribers(
-    config: Config, store: Store, report: Callable[[str], None] | None = None
+    config: Config,
+    store: Store,
+    report: Callable[[str], None] | None = None,
+    *,
+    now: datetime | None = None,
 ) -> int:
-    """Insert the subscribers listed in the config that the database does not have yet; returns
-    how many were added.
+    """Insert the subscribers listed in the config that the database does not have yet, as of
+    ``now`` (the caller's clock; default the wall clock); returns how many were added.
 
     An address that unsubscribed, was suppressed or erased is not added back (consent comes
     from the address, not the config): ``report`` (default: the log) is told why.
@@ -31,7 +36,7 @@ def seed_subscribers(
     # command that imports this module (the whole command line) would pay for at start-up.
     from newsletter.subscribe import consent_block
 
-    now = utcnow()
+    now = now or utcnow()
     added = 0
     for i, seed in enumerate(config.settings.subscribers):
         if store.get_subscriber(seed.email) is None:

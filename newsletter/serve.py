@@ -21,32 +21,29 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from newsletter.clock import utcnow
-from newsletter.config import Config
 from newsletter.edition import SendRequest, Services, send
 from newsletter.errors import NewsletterError, listen_error
-from newsletter.runs import fetch_step
+from newsletter.fetch_run import fetch_step
 from newsletter.scheduler import Jobs, build_scheduler, due_filter
-from newsletter.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def make_jobs(config: Config, store: Store, stop: threading.Event) -> Jobs:
-    """The scheduler's jobs: fetch the sources, and send the editions due at a tick (queued for
-    the workers and waited for when ``workers:`` is set, so the next tick does not queue them
-    again)."""
-    services = Services(config, store)
+def make_jobs(services: Services, stop: threading.Event) -> Jobs:
+    """The scheduler's jobs, on the process's ``services``: fetch the sources, and send the
+    editions due at a tick (queued for the workers and waited for when ``workers:`` is set, so
+    the next tick does not queue them again)."""
+    config = services.config
 
     def fetch(now: datetime) -> None:
-        fetch_step(config, store, now)
+        fetch_step(services, now)
 
     def send_due(now: datetime) -> None:
         send(
             services, SendRequest(kind="scheduled", due=due_filter(config, now)), now=now, stop=stop
         )
 
-    return Jobs(fetch=fetch, send_due=send_due)
+    return Jobs(fetch=fetch, send_due=send_due, clock=services.clock)
 
 
 def _server_class() -> Any:
@@ -88,23 +85,24 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run_service(
-    config: Config,
-    store: Store,
+    services: Services,
     *,
     host: str,
     port: int,
     scheduler: bool = True,
     listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; ``listening`` is called once every port is bound."""
+    """Serve until SIGTERM or SIGINT; ``listening`` is called once every port is bound. The web
+    app, the scheduler's jobs and the inbound receiver share the process's ``services``."""
     import uvicorn
 
-    from newsletter.web import create_app
+    from newsletter.web import build_app
     from newsletter.web.metrics import listener as metrics_listener
 
+    config, store = services.config, services.store
     stop = threading.Event()
-    jobs = make_jobs(config, store, stop)
-    app = create_app(config, store)
+    jobs = make_jobs(services, stop)
+    app = build_app(services)
     app.state.jobs = jobs
     server = _server_class()(
         uvicorn.Config(
@@ -120,16 +118,14 @@ def run_service(
     )
     with ExitStack() as stack:
         sock = stack.enter_context(listen(host, port))
-        metrics = metrics_listener(config, store, utcnow)  # web.metrics_listen, when set
+        metrics = metrics_listener(config, store, services.clock)  # web.metrics_listen, if set
         if metrics is not None:
             stack.enter_context(metrics)
         if config.settings.inbound.address:
             from newsletter.inbound import InboundServer
             from newsletter.subscribe import Subscriptions
 
-            stack.enter_context(
-                InboundServer(Subscriptions(config, store), config.settings.inbound)
-            )
+            stack.enter_context(InboundServer(Subscriptions(services), config.settings.inbound))
             log.info(
                 "inbound email commands on %s:%s",
                 config.settings.inbound.host,

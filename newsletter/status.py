@@ -15,7 +15,7 @@ from newsletter.bounces import report as bounce_report
 from newsletter.bounces.report import RATE_DAYS
 from newsletter.config import Config
 from newsletter.models import Subscriber, SubscriberStatus
-from newsletter.runs import runs_as_seen
+from newsletter.run_leases import runs_as_seen
 from newsletter.scheduler import Jobs, build_scheduler, next_runs
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store import EditionRecord, RunRecord, Store

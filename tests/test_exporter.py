@@ -14,6 +14,7 @@ from newsletter.exporter import CSV_FIELDS, csv_rows, subscriber_record, write_c
 from newsletter.importer import import_csv
 from newsletter.ingest import decide
 from newsletter.models import Frequency, NewSubscriber, PaperData, SubscriberStatus
+from newsletter.services import Services
 from newsletter.store import Store
 from tests.conftest import base_config
 
@@ -119,7 +120,7 @@ def test_an_export_imports_back_as_the_same_subscribers(
     try:
         other.upgrade()
         config = make_config(base_config(f"sqlite:///{tmp_path / 'other.db'}"))
-        report = import_csv(config, other, exported, NOW)
+        report = import_csv(Services(config, other), exported, NOW)
         assert (report.added, report.problems) == (3, [])
         for email in ("ada@example.org", "bob@example.org", "cy@example.org"):
             before, after = store.get_subscriber(email), other.get_subscriber(email)

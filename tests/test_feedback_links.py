@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from newsletter.feedback import LESS, MORE, FeedbackLinks, read_token
+from newsletter.feedback import (
+    LESS,
+    MORE,
+    DigestVote,
+    FeedbackLinks,
+    VoteLinks,
+    read_token,
+    topic_of_segment,
+    topic_segment,
+)
 from newsletter.render import Renderer
 from newsletter.tokens import Purpose, TokenError, Tokens
 from tests import digests as D
@@ -112,11 +121,13 @@ def test_without_feedback_links_the_digest_shows_none() -> None:
 def test_feed_text_that_looks_like_a_hole_stays_text() -> None:
     import dataclasses
 
-    from newsletter import render
+    from newsletter import fragments
 
     digest = D.digest(PAPERS, per_topic=2)
     item = digest.sections[0].items[0]
-    fake = f"fbk000000000000x{item.paper.id}m and {render._HOLE_MARK[:-1]}"  # no full prefix known
+    fake = (
+        f"fbk000000000000x{item.paper.id}m and {fragments.HOLE_MARK[:-1]}"  # no full prefix known
+    )
     paper = dataclasses.replace(item.paper, title=fake)
     section = dataclasses.replace(
         digest.sections[0],
@@ -154,3 +165,43 @@ def test_a_template_that_caches_links_regardless_leaks_no_hole(tmp_path: Path) -
     assert len(LINK.findall(with_links)) == len(digest.items)
     without = renderer.render(digest, D.links(feedback=False)).text
     assert without.split() == ["[][][]"] and "fbk" not in without
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["gpu-kernels", "cs.LG", "a/b", "~x", ".", "..", "LLM serving", "zoë", "50%", "x" * 150],
+)
+def test_any_topic_name_survives_the_path(topic: str) -> None:
+    """A section's topic travels in the vote link's path: names of letters, digits, ``-``,
+    ``_`` and ``.`` as they are, anything else in URL-safe base64 (no slash, no percent)."""
+    segment = topic_segment(topic)
+    assert re.fullmatch(r"[A-Za-z0-9._~-]+", segment) and segment not in (".", "..")
+    assert topic_of_segment(segment) == topic
+    item = dataclasses.replace(D.digest(PAPERS).items[0], topic=topic)
+    url = VoteLinks("https://x.example").for_digest("TOKEN").url(item, LESS)
+    assert url == f"https://x.example/feedback/TOKEN/{segment}/{item.paper.id}/less"
+    vote = DigestVote.parse("TOKEN", item.paper.id, "less", segment)
+    assert (vote.value, vote.topic, vote.path) == (LESS, topic, url.split("/feedback/")[1])
+    for bad in ("~!!", "a b", "~"):
+        with pytest.raises(TokenError):
+            topic_of_segment(bad)
+    with pytest.raises(TokenError):
+        DigestVote.parse("TOKEN", 1, "links", None)
+
+
+def test_a_digests_vote_links_carry_its_one_token_and_render_in_place_of_tokens() -> None:
+    """The renderer takes the digest's vote links as it takes per-paper tokens: every item's
+    two links, in the HTML, and in the text part when there is no view page."""
+    renderer = Renderer(D.settings())
+    digest = D.digest(PAPERS, per_topic=4)
+    votes = VoteLinks("https://papers.example.org").for_digest("ONE.TOKEN.sig")
+    links = dataclasses.replace(D.links(), feedback=votes, view=None)
+    out = renderer.render(digest, links)
+    pattern = r"https://papers\.example\.org/feedback/ONE\.TOKEN\.sig/([^/]+)/(\d+)/(more|less)"
+    for part in (out.html, out.text):
+        found = re.findall(pattern, part)
+        assert found == [
+            (topic_segment(i.topic), str(i.paper.id), word)
+            for i in digest.items
+            for word in ("more", "less")
+        ]

@@ -13,6 +13,7 @@ from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.importer import import_csv
 from newsletter.models import SubscriberStatus
+from newsletter.services import Services
 from newsletter.store import Store
 from tests.conftest import base_config, write_config
 
@@ -47,7 +48,7 @@ def test_an_import_costs_a_few_statements_per_batch(
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     statements = _statements(store)
 
-    report = import_csv(config, store, path, utcnow())
+    report = import_csv(Services(config, store), path, utcnow())
 
     assert report.added == rows and not report.problems
     assert store.count_subscribers(SubscriberStatus.ACTIVE) == rows
@@ -81,7 +82,7 @@ def test_batches_decide_as_one_by_one_adds_do(tmp_path: Path, db_url: str, store
 
     old, importer.BATCH = importer.BATCH, 4  # rows 2-5 in one batch, row 6 in the next
     try:
-        report = import_csv(config, store, path, now)
+        report = import_csv(Services(config, store), path, now)
     finally:
         importer.BATCH = old
 

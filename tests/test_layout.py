@@ -103,7 +103,7 @@ def test_each_send_stage_has_its_module() -> None:
         "edition/plan.py",
         "edition/build.py",
         "edition/loop.py",
-        "edition/run.py",
+        "edition/send_run.py",
         "deliver/pool.py",
         "deliver/smtp.py",
         "deliver/ledger.py",

@@ -12,10 +12,11 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import Config
+from newsletter.fetch_run import fetch_step
 from newsletter.ingest import run_fetch
 from newsletter.logs import JsonFormatter, step
-from newsletter.runs import fetch_step
 from newsletter.scheduler import due_filter
+from newsletter.services import Services
 from newsletter.store import Store
 from tests.conftest import SmtpServer, base_config, write_config
 from tests.sends import run_send, send_step
@@ -108,7 +109,7 @@ def test_weekday_fetch_that_finds_nothing_alerts_the_operator(
 ) -> None:
     config, store, _ = setup
     monday_night = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)  # Monday 21:00 in New York
-    report = fetch_step(config, store, monday_night)  # same feeds again: nothing new
+    report = fetch_step(Services(config, store), monday_night)  # same feeds again: nothing new
     assert report.new == 0
     [alert] = smtp_server.messages_to("ops@papers.example.org")
     assert (
@@ -116,7 +117,7 @@ def test_weekday_fetch_that_finds_nothing_alerts_the_operator(
         and alert["Auto-Submitted"] == "auto-generated"
     )
     saturday = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)  # Saturday evening: a quiet day is normal
-    fetch_step(config, store, saturday)
+    fetch_step(Services(config, store), saturday)
     assert len(smtp_server.messages_to("ops@papers.example.org")) == 1
 
 
@@ -140,7 +141,7 @@ def test_a_fetch_where_every_source_failed_sends_one_alert_after_the_announcemen
     store.upgrade()
     try:
         monday_night = datetime(2026, 11, 24, 2, 0, tzinfo=UTC)  # Monday 21:00 in New York
-        report = fetch_step(config, store, monday_night)
+        report = fetch_step(Services(config, store), monday_night)
         assert [s.source for s in report.failed] == ["gone"]
         [alert] = smtp_server.messages_to("ops@papers.example.org")
         assert "every source failed" in str(alert["Subject"])

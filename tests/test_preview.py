@@ -17,6 +17,7 @@ from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus, Subscriber
 from newsletter.preview import rank_preview, render_preview
 from newsletter.seeding import seed_subscribers
+from newsletter.services import Services
 from newsletter.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +56,7 @@ def test_the_ranking_has_each_topic_with_scores_reasons_and_explanations(
 ) -> None:
     config, store = demo
     grace = _sub(store, "grace@example.org")
-    ranking = rank_preview(config, store, grace, NOW)
+    ranking = rank_preview(Services(config, store, clock=lambda: NOW), grace, NOW)
     assert ranking.subscriber == grace
     assert ranking.papers == len(store.recent_papers(NOW - timedelta(days=7))) > 0
     assert (ranking.already_sent, ranking.votes, ranking.missing_topics) == (0, 0, ())
@@ -87,7 +88,7 @@ def test_papers_already_sent_are_left_out_and_votes_counted(
 ) -> None:
     config, store = demo
     ada = _sub(store, "ada@example.org")
-    first = rank_preview(config, store, ada, NOW)
+    first = rank_preview(Services(config, store, clock=lambda: NOW), ada, NOW)
     top = first.sections[0].papers[0].item.paper
     claim = store.claim_edition(ada.id, date(2026, 11, 16), "<a@x>", NOW, owner="test")
     assert claim is not None
@@ -95,7 +96,7 @@ def test_papers_already_sent_are_left_out_and_votes_counted(
     second = store.papers_by_keys([first.sections[0].papers[1].item.paper.key])
     store.set_vote(ada.id, next(iter(second.values())).id, -1, "llm-serving", NOW)
 
-    again = rank_preview(config, store, ada, NOW)
+    again = rank_preview(Services(config, store, clock=lambda: NOW), ada, NOW)
     assert (again.already_sent, again.votes) == (1, 1)
     assert top.key not in [p.item.paper.key for s in again.sections for p in s.papers]
 
@@ -103,7 +104,7 @@ def test_papers_already_sent_are_left_out_and_votes_counted(
 def test_topics_gone_from_the_config_are_named(demo: tuple[Config, Store]) -> None:
     config, store = demo
     sub, _ = store.add_subscriber("old@example.org", topics=("moe", "gpu-kernels"), now=NOW)
-    ranking = rank_preview(config, store, sub, NOW)
+    ranking = rank_preview(Services(config, store, clock=lambda: NOW), sub, NOW)
     assert ranking.missing_topics == ("moe",)
     assert [s.name for s in ranking.sections] == ["gpu-kernels"]
 
@@ -111,8 +112,8 @@ def test_topics_gone_from_the_config_are_named(demo: tuple[Config, Store]) -> No
 def test_the_rendered_digest_holds_the_ranked_papers(demo: tuple[Config, Store]) -> None:
     config, store = demo
     grace = _sub(store, "grace@example.org")
-    shown = render_preview(config, store, grace, NOW)
-    ranked = rank_preview(config, store, grace, NOW)
+    shown = render_preview(Services(config, store, clock=lambda: NOW), grace, NOW)
+    ranked = rank_preview(Services(config, store, clock=lambda: NOW), grace, NOW)
     assert shown.digest.subscriber == grace
     assert shown.digest.edition_date == date(2026, 11, 17)  # Europe/Berlin's date at NOW
     assert [i.paper.key for i in shown.digest.items] == [
@@ -133,11 +134,15 @@ def test_an_empty_digest_is_skipped_only_with_empty_skip(
     try:
         store.upgrade()
         seed_subscribers(config, store)  # no papers fetched: nothing new for anyone
-        shown = render_preview(config, store, _sub(store, "ada@example.org"), NOW)
+        shown = render_preview(
+            Services(config, store, clock=lambda: NOW), _sub(store, "ada@example.org"), NOW
+        )
         assert shown.digest.is_empty and shown.skipped is (empty == "skip")
         assert shown.rendered.html
         run_fetch(config, store, NOW)  # now there is something new: sent either way
-        shown = render_preview(config, store, _sub(store, "ada@example.org"), NOW)
+        shown = render_preview(
+            Services(config, store, clock=lambda: NOW), _sub(store, "ada@example.org"), NOW
+        )
         assert not shown.digest.is_empty and not shown.skipped
     finally:
         store.close()

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from newsletter.schedule import (
+from newsletter.due import (
     Frequency,
     Preferences,
     announces_on,

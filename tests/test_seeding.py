@@ -7,6 +7,7 @@ from collections.abc import Callable
 from newsletter.config import Config
 from newsletter.models import SubscriberStatus
 from newsletter.seeding import seed_subscribers
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import base_config
@@ -45,7 +46,7 @@ def test_an_erased_address_is_not_added_back_and_the_report_says_why(
 ) -> None:
     config = _config(make_config, store)
     seed_subscribers(config, store)
-    assert Subscriptions(config, store).forget("bob@example.org")
+    assert Subscriptions(Services(config, store)).forget("bob@example.org")
     notes: list[str] = []
     assert seed_subscribers(config, store, notes.append) == 0
     assert store.get_subscriber("bob@example.org") is None

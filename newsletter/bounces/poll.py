@@ -15,19 +15,15 @@ import contextlib
 import imaplib
 import logging
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from email.parser import BytesHeaderParser
 from email.utils import getaddresses
 from pathlib import Path
 
 from newsletter.bounces.receive import BounceReceiver
 from newsletter.bounces.settings import ImapSettings
-from newsletter.clock import utcnow
-from newsletter.config import Config
 from newsletter.errors import NewsletterError
-from newsletter.store import Store
+from newsletter.services import Services
 
 log = logging.getLogger(__name__)
 
@@ -138,21 +134,17 @@ def _keywords_allowed(conn: imaplib.IMAP4) -> bool:
     return b"\\*" in flags
 
 
-def poll(
-    config: Config,
-    store: Store,
-    *,
-    now: Callable[[], datetime] = utcnow,
-    receiver: BounceReceiver | None = None,
-) -> PollReport:
-    """Process every new message in the bounce mailbox; see the module docstring."""
+def poll(services: Services, *, receiver: BounceReceiver | None = None) -> PollReport:
+    """Process every new message in the bounce mailbox with the process's ``services``; see
+    the module docstring."""
+    config = services.config
     settings = config.settings.bounces.imap
     if settings is None or not config.settings.bounces.enabled:
         raise MailboxError(
             "no bounce mailbox configured: set bounces.enabled and bounces.imap "
             "(host, username; see docs/deliverability.md)"
         )
-    receiver = receiver or BounceReceiver.from_config(config, store, now)
+    receiver = receiver or BounceReceiver.from_config(services)
     assert receiver is not None
     conn = connect(settings, config.base_dir)
     report = PollReport()

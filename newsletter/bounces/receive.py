@@ -19,7 +19,6 @@ from newsletter.bounces.report import RATE_DAYS, alerts_for
 from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
 from newsletter.clock import utcnow
-from newsletter.config import Config
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import client_network
@@ -56,27 +55,20 @@ class BounceReceiver:
         self._alerted: set[str] = set()
 
     @classmethod
-    def from_config(
-        cls,
-        config: Config,
-        store: Store,
-        now: Callable[[], datetime] = utcnow,
-        *,
-        services: Services | None = None,
-    ) -> BounceReceiver | None:
-        """The receiver for this config, or ``None`` when ``bounces.enabled`` is off; alerts
-        go out through ``services`` (built here when not given)."""
+    def from_config(cls, services: Services) -> BounceReceiver | None:
+        """The receiver for the process's ``services`` (config, store, key, clock), or ``None``
+        when ``bounces.enabled`` is off; alerts go out through ``services``."""
+        config, now = services.config, services.clock
         settings = config.settings.bounces
         if not settings.enabled:
             return None
-        effects = services or Services(config, store, clock=now)
         address = settings.bounce_address(config.settings.sender.from_address)
-        verp = Verp(effects.secret, address, signed=settings.verp)
+        verp = Verp(services.secret, address, signed=settings.verp)
 
         def mail_alert(subject: str, body: str) -> None:
-            alert(config, subject, body, now(), services=effects)
+            alert(config, subject, body, now(), services=services)
 
-        return cls(store, settings, verp, now, mail_alert)
+        return cls(services.store, settings, verp, now, mail_alert)
 
     @property
     def address(self) -> str:

@@ -75,6 +75,7 @@ class RetryRules:
 
     @classmethod
     def of(cls, delivery: DeliverySettings) -> RetryRules:
+        """The rules of the ``delivery:`` settings."""
         return cls(
             attempts=delivery.attempts,
             throttle_retries=delivery.throttle_retries,

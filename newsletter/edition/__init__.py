@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from newsletter.due import edition_date_for
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.loop import send_editions
 from newsletter.edition.policy import SendPolicy
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import BadSendRequest, SendRequest
-from newsletter.edition.run import SendRun
-from newsletter.schedule import edition_date_for
+from newsletter.edition.send_run import SendRun
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 

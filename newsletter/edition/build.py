@@ -20,7 +20,7 @@ from newsletter.deliver import (
     build_message,
 )
 from newsletter.deliver.dkim import maybe_sign
-from newsletter.feedback import FeedbackLinks
+from newsletter.feedback import VoteLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
 from newsletter.rank.builder import build_ranker
@@ -73,7 +73,11 @@ class EditionBuilder:
         :func:`history_since`): only editions from it on can repeat one today."""
         self.renderer = Renderer(self.settings, config.templates_dir())
         self.tokens = services.tokens
-        self.feedback = FeedbackLinks(self.tokens, self.settings.sender.base_url)
+        # Signed as of the run's start, with HMAC states prepared once (Tokens.family).
+        self._unsubscribe = self.tokens.family(Purpose.UNSUBSCRIBE)
+        self._manage = self.tokens.family(Purpose.MANAGE)
+        self._view = self.tokens.family(Purpose.VIEW)
+        self.votes = VoteLinks(self.settings.sender.base_url)
         self.signer = services.signer
         self.verp = Verp.from_settings(
             self.settings.bounces, self.tokens.secret, self.settings.sender.from_address
@@ -102,19 +106,23 @@ class EditionBuilder:
         return Digest(subscriber, edition_date, sections, titles)
 
     def links(self, subscriber: Subscriber, edition_date: date) -> DigestLinks:
-        """The subscriber's unsubscribe, manage, view and feedback links for the edition."""
+        """The subscriber's unsubscribe, manage, view and feedback links for the edition.
+
+        Three signatures per digest: unsubscribe and manage each have their own purpose-bound
+        token; the view link's token also serves every more/less link, whose paper and vote
+        are in the path (:mod:`newsletter.feedback`).
+        """
         base = self.settings.sender.base_url
         # The id and the address's binding, never the address (see newsletter.tokens).
-        binding = self.tokens.binding(subscriber.email)
-        reader = {"s": subscriber.id, "h": binding}
-        unsub = self.tokens.make(Purpose.UNSUBSCRIBE, reader)
-        manage = self.tokens.make(Purpose.MANAGE, reader)
-        view = self.tokens.make(Purpose.VIEW, {**reader, "d": edition_date.isoformat()})
+        reader = {"s": subscriber.id, "h": self.tokens.binding(subscriber.email)}
+        unsub = self._unsubscribe.make(reader)
+        manage = self._manage.make(reader)
+        view = self._view.make({**reader, "d": edition_date.isoformat()})
         return DigestLinks(
             unsubscribe=f"{base}/unsubscribe/{unsub}",
             manage=f"{base}/manage/{manage}",
             view=f"{base}/archive/view/{view}",
-            feedback=self.feedback.for_subscriber(subscriber, binding),
+            feedback=self.votes.for_digest(view),
         )
 
     def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:

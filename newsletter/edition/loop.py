@@ -103,6 +103,7 @@ class Applier:
         return self.now + timedelta(seconds=self.services.monotonic() - self.t0)
 
     def stopping(self) -> bool:
+        """True once the run was asked to stop or the sender pool aborted."""
         pool = self.pool
         return (self.stop is not None and self.stop.is_set()) or (
             pool is not None and pool.abort.is_set()
@@ -111,6 +112,7 @@ class Applier:
     # ------------------------------------------------------------------ reading and claiming
 
     def facts(self, wanted: Sequence[tuple[Subscriber, date]]) -> Facts:
+        """What the batch's readers already have: papers sent, votes, last editions."""
         ids = [sub.id for sub, _ in wanted]
         p = self.policy
         return Facts(
@@ -156,6 +158,7 @@ class Applier:
     # ------------------------------------------------------------------ the intents
 
     def apply(self, intent: Intent, exclude: set[int], votes: tuple[Vote, ...]) -> None:
+        """Carry one intent out: count it, record a skip, or build the digest and submit it."""
         report, p = self.report, self.policy
         sub = intent.subscriber
         report.considered += 1
@@ -220,6 +223,7 @@ class Applier:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> SendReport:
+        """Apply every batch; the report, once the pool has recorded every outcome."""
         p, report = self.policy, self.report
         if p.to is None and p.subscriber_ids is None:
             report.total = self.store.count_subscribers(SubscriberStatus.ACTIVE)

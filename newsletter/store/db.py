@@ -48,7 +48,7 @@ from newsletter.store.papers import (
     PaperStore,
     upvote_velocity,
 )
-from newsletter.store.runs import RunStore
+from newsletter.store.run_records import RunStore
 from newsletter.store.sources import SourceStore
 from newsletter.store.subscribers import SubscriberStore
 from newsletter.store.vectors import VectorStore

@@ -1,5 +1,5 @@
 """The web app: subscribe, confirm, manage, one-click unsubscribe, archive, and a JSON API."""
 
-from newsletter.web.app import create_app
+from newsletter.web.app import build_app, create_app
 
-__all__ = ["create_app"]
+__all__ = ["build_app", "create_app"]

@@ -1,8 +1,9 @@
 """The FastAPI app factory: everything the routes need is passed in, nothing is global.
 
-``create_app(config, store, mailer_factory, now=utcnow)``: the store and the mailer factory are
-the edges (a real database, ``SmtpMailer`` in production); ``now`` is the clock. Routes are plain
-functions (FastAPI runs them in its thread pool), since the store and SMTP are blocking.
+``build_app(services)``: the process's :class:`~newsletter.services.Services` carries the edges
+(a real database, ``SmtpMailer`` in production) and the clock; ``create_app(config, store,
+mailer_factory, now=utcnow)`` builds them for a process that serves only the web app. Routes are
+plain functions (FastAPI runs them in its thread pool), since the store and SMTP are blocking.
 """
 
 from __future__ import annotations
@@ -38,15 +39,22 @@ def create_app(
     mailer_factory: MailerFactory | None = None,
     now: Clock = utcnow,
 ) -> FastAPI:
-    """The web app on ``config`` and ``store``: pages, JSON API, ops routes and bounce webhooks."""
+    """The web app of a process that serves only it (an ASGI server's factory, a test): its
+    :class:`~newsletter.services.Services` built here. See :func:`build_app`."""
+    return build_app(Services(config, store, clock=now, relay=mailer_factory))
+
+
+def build_app(services: Services) -> FastAPI:
+    """The web app on the process's ``services`` (config, store, relay, tokens, clock): pages,
+    JSON API, ops routes and bounce webhooks."""
+    config, store, now = services.config, services.store, services.clock
     env = make_environment(config.templates_dir())
     env.filters["http_url"] = http_url
     css = env.get_template("web/web.css").render()
-    services = Services(config, store, clock=now, relay=mailer_factory)
     ctx = WebContext(
         config=config,
         store=store,
-        service=Subscriptions(config, store, now=now, services=services),
+        service=Subscriptions(services),
         services=services,
         env=env,
         renderer=Renderer(config.settings, config.templates_dir()),

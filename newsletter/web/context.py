@@ -1,4 +1,4 @@
-"""What every route uses, built once by :func:`newsletter.web.create_app`."""
+"""What every route uses, built once by :func:`newsletter.web.build_app`."""
 
 from __future__ import annotations
 

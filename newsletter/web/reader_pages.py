@@ -1,5 +1,5 @@
 """Pages reached by a digest's year-long links: a vote ("more/less like this") and "view in
-browser", and the form that mails a reader fresh manage links when the link that opened the page
+browser" (one token serves both: :mod:`newsletter.feedback`), and the form that mails a reader fresh manage links when the link that opened the page
 is too old to hand them out (docs/subscribing.md). The subscription pages themselves (subscribe,
 confirm, manage, unsubscribe, the archive) are in :mod:`newsletter.web.pages`.
 """
@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import masked_address
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.feedback import Ballot, FeedbackError, FeedbackLinks
+from newsletter.feedback import Ballot, DigestVote, FeedbackError, VoteLinks
 from newsletter.models import Subscriber
 from newsletter.render import DigestLinks
 from newsletter.subscribe import Outcome
@@ -38,13 +38,25 @@ router = APIRouter(include_in_schema=False)
 def _ballot_problem(ctx: WebContext, ballot: Ballot) -> HTMLResponse | None:
     if ballot.subscriber is None:
         return message(ctx, "Not subscribed", ballot.problem or "", 410, subscribe_link=True)
+    if not ballot.in_digest:
+        return message(ctx, "Not in this digest", ballot.problem or "", 404)
     if ballot.paper is None:
         return message(ctx, "Unknown paper", ballot.problem or "", 404)
     return None
 
 
+def _path(link: str | DigestVote) -> str:
+    """What follows ``/feedback/`` in the link (the page's forms post back to it)."""
+    return link.path if isinstance(link, DigestVote) else link
+
+
 def _feedback_page(
-    ctx: WebContext, request: Request, token: str, ballot: Ballot, name: str, status: int = 200
+    ctx: WebContext,
+    request: Request,
+    link: str | DigestVote,
+    ballot: Ballot,
+    name: str,
+    status: int = 200,
 ) -> HTMLResponse:
     assert ballot.subscriber is not None
     cookie = csrf_cookie_value(request)
@@ -52,68 +64,128 @@ def _feedback_page(
         ctx,
         name,
         status,
-        token=token,
+        token=_path(link),
         ballot=ballot,
         more=ballot.request.value > 0,
         paper=ballot.paper,
         address=masked_address(ballot.subscriber.email),  # the link may be a forwarded one
         links=ctx.service.links_as_of(ballot.subscriber, ballot.request.signed),
-        mail_links=f"/feedback/{token}/links",
+        mail_links=f"/feedback/{_path(link)}/links",
         csrf=csrf_field(ctx.service.tokens, cookie),
     )
     set_csrf_cookie(request, response, cookie)
     return response
 
 
+def _vote(request: Request, token: str, paper_id: int, vote: str) -> DigestVote:
+    """The digest vote a link's path names. Raises :class:`TokenError`."""
+    topic = request.path_params.get("topic")
+    return DigestVote.parse(token, paper_id, vote, topic if isinstance(topic, str) else None)
+
+
+@router.get("/feedback/{token}/{paper_id:int}/{vote}", response_class=HTMLResponse)
+@router.get("/feedback/{token}/{topic}/{paper_id:int}/{vote}", response_class=HTMLResponse)
+def vote_page(
+    token: str, paper_id: int, vote: str, request: Request, ctx: WebContext = Ctx
+) -> HTMLResponse:
+    """A digest's more/less link (its token is the digest's; the paper must be in it)."""
+    try:
+        link = _vote(request, token, paper_id, vote)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    return _show_ballot(ctx, request, link)
+
+
 @router.get("/feedback/{token}", response_class=HTMLResponse)
 def feedback_page(token: str, request: Request, ctx: WebContext = Ctx) -> HTMLResponse:
     """One button: a GET records nothing (mail scanners open every link)."""
+    return _show_ballot(ctx, request, token)
+
+
+def _show_ballot(ctx: WebContext, request: Request, link: str | DigestVote) -> HTMLResponse:
     try:
-        ballot = _feedback(ctx).ballot(token)
+        ballot = _feedback(ctx).ballot(link)
     except TokenError as e:
         return token_problem(ctx, e, "“more/less like this”")
     problem = _ballot_problem(ctx, ballot)
     if problem is not None:
         return problem
-    return _feedback_page(ctx, request, token, ballot, "feedback.html")
+    return _feedback_page(ctx, request, link, ballot, "feedback.html")
+
+
+@router.post("/feedback/{token}/{paper_id:int}/{vote}", response_class=HTMLResponse)
+@router.post("/feedback/{token}/{topic}/{paper_id:int}/{vote}", response_class=HTMLResponse)
+async def vote_submit(
+    token: str, paper_id: int, vote: str, request: Request, ctx: WebContext = Ctx
+) -> Response:
+    """Record (or undo) the vote a digest's more/less link names."""
+    try:
+        link = _vote(request, token, paper_id, vote)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    return await _submit(ctx, request, link)
 
 
 @router.post("/feedback/{token}", response_class=HTMLResponse)
 async def feedback_submit(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
     """Record (or undo) the vote a feedback link names."""
+    return await _submit(ctx, request, token)
+
+
+async def _submit(ctx: WebContext, request: Request, link: str | DigestVote) -> Response:
     form = await request.form()
     if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
         return _stale_form(ctx)
     undo = form.get("undo") == "1"
-    return await run_in_threadpool(_feedback_sync, ctx, request, token, undo)
+    return await run_in_threadpool(_feedback_sync, ctx, request, link, undo)
 
 
-def _feedback_sync(ctx: WebContext, request: Request, token: str, undo: bool) -> Response:
+def _feedback_sync(
+    ctx: WebContext, request: Request, link: str | DigestVote, undo: bool
+) -> Response:
     service = _feedback(ctx)
     try:
-        ballot = service.undo(token) if undo else service.cast(token)
+        ballot = service.undo(link) if undo else service.cast(link)
     except TokenError as e:
         return token_problem(ctx, e, "“more/less like this”")
     except FeedbackError:
-        problem = _ballot_problem(ctx, service.ballot(token))
+        problem = _ballot_problem(ctx, service.ballot(link))
         return problem or message(ctx, "Not recorded", "Nothing was recorded.", 409)
     name = "feedback_undone.html" if undo else "feedback_done.html"
-    return _feedback_page(ctx, request, token, ballot, name)
+    return _feedback_page(ctx, request, link, ballot, name)
+
+
+@router.post("/feedback/{token}/{paper_id:int}/{vote}/links", response_class=HTMLResponse)
+@router.post("/feedback/{token}/{topic}/{paper_id:int}/{vote}/links", response_class=HTMLResponse)
+async def vote_mail_links(
+    token: str, paper_id: int, vote: str, request: Request, ctx: WebContext = Ctx
+) -> Response:
+    """Mail fresh manage and unsubscribe links to the reader (a digest link's page offers this
+    when its own links are too old to hand out)."""
+    try:
+        link = _vote(request, token, paper_id, vote)
+    except TokenError as e:
+        return token_problem(ctx, e, "“more/less like this”")
+    return await _ask_links(ctx, request, link)
 
 
 @router.post("/feedback/{token}/links", response_class=HTMLResponse)
 async def feedback_mail_links(token: str, request: Request, ctx: WebContext = Ctx) -> Response:
     """Mail fresh manage and unsubscribe links to the reader (the feedback page offers this
     when its own links are too old to hand out)."""
+    return await _ask_links(ctx, request, token)
+
+
+async def _ask_links(ctx: WebContext, request: Request, link: str | DigestVote) -> Response:
     form = await request.form()
     if not csrf_ok(ctx.service.tokens, request, form.get(CSRF_FIELD)):
         return _stale_form(ctx)
-    return await run_in_threadpool(_feedback_mail_links_sync, ctx, token)
+    return await run_in_threadpool(_feedback_mail_links_sync, ctx, link)
 
 
-def _feedback_mail_links_sync(ctx: WebContext, token: str) -> HTMLResponse:
+def _feedback_mail_links_sync(ctx: WebContext, link: str | DigestVote) -> HTMLResponse:
     try:
-        ballot = _feedback(ctx).ballot(token)
+        ballot = _feedback(ctx).ballot(link)
     except TokenError as e:
         return token_problem(ctx, e, "“more/less like this”")
     return _mail_links(ctx, ballot.subscriber)
@@ -179,11 +251,11 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
         base = ctx.config.settings.sender.base_url
         own = ctx.service.links_as_of(sub, signed)
         ask = f"{base}/archive/view/{token}/links"  # "mail me fresh links" instead
-        feedback = FeedbackLinks(ctx.service.tokens, base, signed)
         links = DigestLinks(
             unsubscribe=ask if own is None else own.unsubscribe,
             manage=ask if own is None else own.manage,
-            feedback=feedback.for_subscriber(sub),
+            # The more/less links carry this page's own token: they expire with it.
+            feedback=VoteLinks(base).for_digest(token),
             by_mail=own is None,  # the footer says what the link does
         )
         html = render_sent_edition(

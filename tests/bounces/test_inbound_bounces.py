@@ -15,6 +15,7 @@ from newsletter.bounces.verp import Verp
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.inbound import InboundServer
+from newsletter.services import Services
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
@@ -42,7 +43,7 @@ def server(config: Config) -> Iterator[tuple[InboundServer, Store]]:
     store = Store(config.database_url)
     store.upgrade()
     store.add_subscriber(READER, topics=["rendering"], now=utcnow())
-    with InboundServer(Subscriptions(config, store), config.settings.inbound) as srv:
+    with InboundServer(Subscriptions(Services(config, store)), config.settings.inbound) as srv:
         yield srv, store
     store.close()
 

@@ -15,6 +15,7 @@ import pytest
 from newsletter.config import Config, load_config
 from newsletter.errors import ConfigError
 from newsletter.ingest import run_fetch
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import SmtpServer, base_config, write_config
@@ -97,7 +98,7 @@ def test_confirmation_mails_are_signed_too(
     signed_setup: tuple[Config, Store], smtp_server: SmtpServer, key_pair: tuple[Path, bytes]
 ) -> None:
     config, store = signed_setup
-    subs = Subscriptions(config, store, now=lambda: NOW)
+    subs = Subscriptions(Services(config, store, clock=lambda: NOW))
     choices = subs.choices(["gpu-kernels"])
     subs.request("new-reader@example.org", choices, via="web", origin="127.0.0.1")
     (received,) = smtp_server.received

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from newsletter.config import Config, load_config
-from newsletter.edition import BadSendRequest, SendPolicy, SendRequest
-from newsletter.runs import fetch_step
+from newsletter.edition import BadSendRequest, SendPolicy, SendRequest, Services
+from newsletter.fetch_run import fetch_step
 from newsletter.store import Store
 from tests.conftest import NOW, SmtpServer, base_config, write_config
 from tests.sends import send_step
@@ -62,7 +62,7 @@ def test_a_recorded_runs_claims_carry_the_runs_own_name(
     try:
         for who in ("ada", "bob"):
             store.add_subscriber(f"{who}@example.org", topics=["gpu-kernels"], now=NOW)
-        fetch_step(config, store, NOW - timedelta(hours=1))
+        fetch_step(Services(config, store), NOW - timedelta(hours=1))
         leases: list[str] = []
 
         def progress(_: object) -> None:  # while the run is alive: its lease names it

@@ -506,7 +506,7 @@ def test_the_scheduler_tick_queues_due_editions_for_a_worker(
         ready = time.monotonic() + 40
         while not ping_worker(config, name, timeout=1):
             assert time.monotonic() < ready, (tmp_path / "worker.log").read_text()[-2000:]
-        jobs = make_jobs(config, store, threading.Event())
+        jobs = make_jobs(Services(config, store), threading.Event())
         jobs.send_due(now)  # enqueues the due chunk and waits for the worker
         got = message_ids(smtp_server)
         assert sorted(got) == [f"s{i:05d}@example.org" for i in range(10)]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cli.test_cli_e2e import run, text_and_html
 from tests.conftest import SmtpServer, base_config, write_config
-from tests.test_cli_e2e import run, text_and_html
 
 
 def listed(output: str) -> list[str]:

@@ -21,6 +21,7 @@ from sqlalchemy import event
 from newsletter.bounces.parse import MAX_RECIPIENTS
 from newsletter.config import Config, load_config
 from newsletter.inbound import InboundServer
+from newsletter.services import Services
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
@@ -45,7 +46,9 @@ def store(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Iterator[Stor
 
 
 def serve(config: Config, store: Store) -> InboundServer:
-    return InboundServer(Subscriptions(config, store, None, Clock()), config.settings.inbound)
+    return InboundServer(
+        Subscriptions(Services(config, store, clock=Clock())), config.settings.inbound
+    )
 
 
 def send(server: InboundServer, data: bytes) -> tuple[int, bytes]:

@@ -23,6 +23,7 @@ from newsletter.config import Config, load_config
 from newsletter.errors import ConfigError
 from newsletter.inbound import InboundServer
 from newsletter.models import SubscriberStatus
+from newsletter.services import Services
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
@@ -66,7 +67,7 @@ def config(tmp_path: Path, db_url: str, smtp_server: SmtpServer) -> Config:
 
 @pytest.fixture
 def inbound(config: Config, store: Store) -> Iterator[InboundServer]:
-    service = Subscriptions(config, store, None, Clock())
+    service = Subscriptions(Services(config, store, clock=Clock()))
     with InboundServer(service, config.settings.inbound) as server:
         yield server
 

@@ -23,6 +23,7 @@ from newsletter.cli import cli
 from newsletter.config import load_config
 from newsletter.inbound import InboundServer
 from newsletter.models import SubscriberStatus
+from newsletter.services import Services
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
@@ -73,7 +74,7 @@ def test_the_mailto_is_the_request_address_and_inbound_takes_it(
     config = load_config(config_path)
     store = Store(config.database_url)
     try:
-        service = Subscriptions(config, store)
+        service = Subscriptions(Services(config, store))
         with InboundServer(service, config.settings.inbound):
             msg = EmailMessage()
             msg["From"] = READER

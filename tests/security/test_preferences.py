@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from newsletter.config import Config
 from newsletter.models import Frequency, SubscriberStatus
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.security.helpers import newsletter
@@ -44,7 +45,7 @@ def test_the_manage_page_saves_timezone_name_and_every_other_choice(
     member(store, clock)
     sub = store.get_subscriber("ada@example.org")
     assert sub is not None
-    manage = Subscriptions(config, store, None, clock).links(sub).manage
+    manage = Subscriptions(Services(config, store, clock=clock)).links(sub).manage
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config, load_config
+from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.web import create_app
@@ -64,7 +65,7 @@ def web_store(web_config: Config) -> Iterator[Store]:
 
 @pytest.fixture
 def service(web_config: Config, web_store: Store, clock: Clock) -> Subscriptions:
-    return Subscriptions(web_config, web_store, None, clock)
+    return Subscriptions(Services(web_config, web_store, clock=clock))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from newsletter.clock import utcnow
 from newsletter.config import Config
 from newsletter.serve import make_jobs
+from newsletter.services import Services
 from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
@@ -43,7 +44,7 @@ def admin_token(monkeypatch: pytest.MonkeyPatch) -> None:
 def serve(config: Config, store: Store) -> tuple[TestClient, threading.Lock]:
     """The app as `newsletter serve` builds it, with the scheduler's jobs (and their lock)."""
     app = create_app(config, store)
-    app.state.jobs = make_jobs(config, store, threading.Event())
+    app.state.jobs = make_jobs(Services(config, store), threading.Event())
     return TestClient(app, base_url="https://papers.example.org"), app.state.jobs.lock
 
 

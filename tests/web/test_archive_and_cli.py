@@ -18,9 +18,9 @@ from newsletter.models import Frequency, SubscriberStatus
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.tokens import Purpose
+from tests.cli.test_cli_e2e import text_and_html
 from tests.conftest import NOW, SmtpServer
 from tests.sends import run_send
-from tests.test_cli_e2e import text_and_html
 from tests.web.conftest import Clock
 
 

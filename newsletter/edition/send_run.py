@@ -14,7 +14,7 @@ from typing import Any
 from newsletter.alerts import alert
 from newsletter.edition.report import SendReport
 from newsletter.logs import step
-from newsletter.runs import RunLease, settle_interrupted
+from newsletter.run_leases import RunLease, settle_interrupted
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 

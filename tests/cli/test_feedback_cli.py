@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from newsletter.store import Store
-from tests.test_cli_e2e import config_path, run
+from tests.cli.test_cli_e2e import config_path, run
 
 __all__ = ["config_path"]
 

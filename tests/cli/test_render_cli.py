@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_cli_e2e import config_path, run, text_and_html
 from tests.conftest import SmtpServer, base_config, write_config
-from tests.test_cli_e2e import config_path, run, text_and_html
 
 __all__ = ["config_path"]
 

@@ -225,3 +225,22 @@ def test_every_command_has_help() -> None:
         assert command.help, f"newsletter {' '.join(path)} has no help text"
         result = CliRunner().invoke(cli, [*path, "--help"])
         assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_a_bad_send_request_is_said_before_a_long_fetch(config_path: Path) -> None:
+    """``send --fetch`` checks its request first (the one check ``edition.send`` makes), so an
+    address that is not a subscriber, or ``--force`` without ``--to``, costs no fetch."""
+    from newsletter.config import load_config
+    from newsletter.store import Store
+
+    assert run(config_path, "db", "upgrade").exit_code == 0
+    for args in (("--to", "nobody@example.org"), ("--force",)):
+        result = run(config_path, "send", "--now", "--fetch", *args)
+        assert result.exit_code == 1, result.output
+        assert "error:" in result.output
+    store = Store(load_config(config_path).database_url)
+    try:
+        assert store.last_runs(10, kind="fetch") == []  # no fetch ran
+        assert store.count_papers() == 0
+    finally:
+        store.close()

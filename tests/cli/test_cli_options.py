@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from newsletter.cli import NO_CONFIG, cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
