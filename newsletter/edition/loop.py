@@ -70,10 +70,6 @@ class Facts:
     last_sent: Mapping[int, datetime]
 
 
-class Stopped(Exception):
-    """The run was asked to stop (or the pool aborted) between two intents."""
-
-
 class Applier:
     """Carries a run's intents out: claims, builds, submits, records (see the module doc)."""
 
@@ -230,9 +226,8 @@ class Applier:
         elif p.subscriber_ids is not None:
             report.total = len(set(p.subscriber_ids))
         try:
-            self._batches()
-        except Stopped:
-            report.stopped = self.pool is None or self.pool.relay_error is None
+            if not self._batches():  # asked to stop, or the pool aborted, between two intents
+                report.stopped = self.pool is None or self.pool.relay_error is None
         finally:
             if self.pool is not None:
                 try:
@@ -246,7 +241,8 @@ class Applier:
                 self.progress(report)
         return report
 
-    def _batches(self) -> None:
+    def _batches(self) -> bool:
+        """Apply every batch's intents; False when the run stopped before the end."""
         p, report = self.policy, self.report
         for subscribers in _subscribers(self.store, p):
             choice = choose(
@@ -260,7 +256,7 @@ class Applier:
             size = len(choice.wanted) if p.dry_run else p.claim_chunk
             for start in range(0, len(choice.wanted), size):
                 if self.stopping():
-                    raise Stopped
+                    return False
                 chunk = choice.wanted[start : start + size]
                 answers, exclude = self.answers(chunk, facts)
                 intents = batch(
@@ -269,9 +265,10 @@ class Applier:
                 for at, intent in enumerate(intents):
                     if self.stopping():
                         self.release(intents[at:])
-                        raise Stopped
+                        return False
                     sub_id = intent.subscriber.id
                     self.apply(intent, exclude[sub_id], facts.votes.get(sub_id, ()))
+        return True
 
 
 def send_editions(
