@@ -32,7 +32,7 @@ def web_server() -> Iterator[int]:
     """A web server as they are: silent until it gets a request."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield int(server.server_address[1])
     server.shutdown()
