@@ -1,15 +1,16 @@
-# newsletter: the two commands are `make demo` and `make test`.
+# newsletter: the two commands are `make demo` and `make test` (`make test-fast` while developing).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck pytest bench system-deps clean help
+.PHONY: demo test test-fast lint typecheck pytest bench system-deps clean help
 
 help:
 	@echo "make demo    - build .venv, install, run one full edition on the bundled demo (SQLite, snapshot feeds, local SMTP sink)"
 	@echo "make test    - build .venv with dev extras, run ruff, mypy and pytest"
+	@echo "make test-fast - ruff and the tests not marked slow (under two minutes)"
 	@echo "make bench   - run the benchmarks under bench/ and update docs/benchmarks.md"
 	@echo "make clean   - remove .venv and var/"
 
@@ -43,6 +44,14 @@ test: $(STAMP_DEV) system-deps
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+# While developing: the tests not marked `slow` (subprocesses, real Chromium, fault and kill
+# suites); `make test`, which CI runs, runs them all. `long` stays out as in pytest's addopts
+# (a -m given here replaces the one there).
+test-fast: $(STAMP_DEV)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -m "not slow and not long"
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m bench

@@ -18,6 +18,9 @@ import pytest
 from bench import bench_send
 from tests.conftest import PG_URL, pg_unavailable
 
+# Slow: the real `newsletter send --now` in a subprocess, on each database.
+pytestmark = pytest.mark.slow
+
 SUBSCRIBERS = 50
 FIELDS = (
     "wall",

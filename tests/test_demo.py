@@ -4,6 +4,7 @@ and never a touch of the operator's config or database (issue 29 item 6)."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -105,3 +106,41 @@ def test_demo_refuses_a_directory_that_is_not_its_own(
     assert "is not empty and not a demo directory" in " ".join(result.output.split())
     assert (tmp_path / "newsletter.yaml").read_text(encoding="utf-8") == "# an operator's config\n"
     assert not (tmp_path / "demo.yaml").exists()
+
+
+def test_the_demo_says_how_to_serve_its_links_and_they_work_when_served(tmp_path: Path) -> None:
+
+    from fastapi.testclient import TestClient
+
+    from newsletter.config import load_config
+    from newsletter.store import Store
+    from newsletter.web import create_app
+
+    var = tmp_path / "var" / "demo"
+    config_path = var / "demo.yaml"  # the demo's own copy of the bundled config
+    result = CliRunner().invoke(cli, ["demo", "--dir", str(var)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "The digests' links (View in browser, Manage topics, Unsubscribe) go to" in out
+    hint = re.search(
+        r"to follow them, run: (\S+) --config (\S+) serve --no-scheduler --port (\d+)", out
+    )
+    assert hint, out
+    assert Path(hint[2]).resolve() == config_path.resolve() and hint[3] == "8000"
+
+    # What that command serves: the app on the demo's config and database.
+    html = (var / "html" / "ada-example-org.html").read_text(encoding="utf-8")
+    view = re.search(r'href="http://localhost:8000(/archive/view/[^"]+)"', html)
+    manage = re.search(r'href="http://localhost:8000(/manage/[^"]+)"', html)
+    assert view and manage
+    config = load_config(config_path)
+    store = Store(config.database_url)
+    try:
+        with TestClient(create_app(config, store, None)) as client:
+            page = client.get(view[1])
+            assert page.status_code == 200
+            first_title = re.search(r'<a class="title" href="[^"]*"[^>]*>([^<&]{12,})', html)
+            assert first_title and first_title[1][:30] in page.text
+            assert client.get(manage[1]).status_code == 200
+    finally:
+        store.close()

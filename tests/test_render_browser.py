@@ -23,6 +23,7 @@ from tests.web.test_browser import ARGS, CHROMIUM
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed"),
 ]
 

@@ -1,13 +1,19 @@
 """The operator's overview (:mod:`newsletter.status`) and the fetch report's JSON, called
-directly on SQLite and the real PostgreSQL."""
+directly on SQLite and the real PostgreSQL; a source removed from the config leaves the
+overview and the metrics."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
+from click.testing import CliRunner
+
+from newsletter.cli import cli
 from newsletter.config import Config
 from newsletter.ingest import FetchReport, SourceReport
 from newsletter.models import EditionStatus, SubscriberStatus
@@ -167,3 +173,56 @@ def test_the_fetch_report_json_has_totals_and_each_sources_status() -> None:
     assert [s["status"] for s in data["sources"]] == [
         s.status for s in (ok, partial, failed, cached)
     ]
+
+
+def test_a_source_removed_from_the_config_drops_out_of_status_and_metrics(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from newsletter.config import load_config
+    from newsletter.store import Store
+    from newsletter.web import create_app
+    from tests.conftest import base_config, write_config
+
+    data = base_config(db_url)
+    data["web"] = {"secret_key": "a-test-secret-that-signs-links-0123456789"}
+    broken = [
+        {"name": "gone", "kind": "feed", "url": str(tmp_path / "no-such-feed.xml")},
+        {"name": "kept-broken", "kind": "feed", "url": str(tmp_path / "missing-too.xml")},
+    ]
+    path = write_config(tmp_path, {**data, "sources": data["sources"] + broken})
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--config", str(path), "db", "upgrade"]).exit_code == 0
+    runner.invoke(cli, ["--config", str(path), "fetch"])
+    before = json.loads(runner.invoke(cli, ["--config", str(path), "status", "--json"]).output)
+    assert {s["source"] for s in before["failing_sources"]} == {"gone", "kept-broken"}
+
+    # The operator removes 'gone' from the config; 'kept-broken' stays (and still fails).
+    write_config(tmp_path, {**data, "sources": data["sources"] + broken[1:]})
+    after = runner.invoke(cli, ["--config", str(path), "status", "--json"])
+    assert after.exit_code == 0, after.output
+    assert [s["source"] for s in json.loads(after.output)["failing_sources"]] == ["kept-broken"]
+    text = " ".join(runner.invoke(cli, ["--config", str(path), "status"]).output.split())
+    assert "source kept-broken failed 1 time in a row" in text
+    assert "source gone failed" not in text  # (the fetch run's record still names it)
+
+    config = load_config(path)
+    store = Store(config.database_url)
+    try:
+        monkeypatch.setenv("NEWSLETTER_ADMIN_TOKEN", "an-admin-token-for-metrics-0123456789")
+        with TestClient(create_app(config, store, None)) as client:
+            auth = {"Authorization": "Bearer an-admin-token-for-metrics-0123456789"}
+            metrics = client.get("/metrics", headers=auth).text
+        assert 'newsletter_source_consecutive_failures{source="kept-broken"} 1.0' in metrics
+        assert 'source="gone"' not in metrics
+        # The history stays in the database: put 'gone' back and it is reported again.
+        assert "gone" in {s.source for s in store.all_source_states()}
+    finally:
+        store.close()
+
+    # A disabled source is not fetched either: its old failures raise no alert.
+    disabled = [{**broken[1], "enabled": False}]
+    write_config(tmp_path, {**data, "sources": data["sources"] + disabled})
+    quiet = json.loads(runner.invoke(cli, ["--config", str(path), "status", "--json"]).output)
+    assert quiet["failing_sources"] == []

@@ -32,7 +32,7 @@ def web_server() -> Iterator[int]:
     """A web server as they are: silent until it gets a request."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield int(server.server_address[1])
     server.shutdown()
@@ -67,6 +67,7 @@ def _listener(greet: bytes, delay: float) -> Iterator[int]:
             conn.close()
 
 
+@pytest.mark.slow  # waits out a greeting timeout
 def test_a_silent_web_server_is_named_as_one(web_server: int) -> None:
     mailer = SmtpMailer(SmtpSettings(host="127.0.0.1", port=web_server, timeout=60))
     with pytest.raises(RelayError) as e:
@@ -85,6 +86,7 @@ def test_a_web_server_that_answers_at_once_is_named_as_one() -> None:
     assert "it is a web server (it said 'HTTP/1.1 400 Bad Request')" in str(e.value)
 
 
+@pytest.mark.slow  # waits out a greeting timeout
 def test_a_relay_that_greets_late_is_still_a_relay() -> None:
     """Its greeting comes after the web-server probe: the probe's own connection gets the same
     greeting (not HTTP), and the session waits on for it."""

@@ -175,7 +175,7 @@ def scripted() -> Iterator[type[_Scripted]]:
     handler = type("Handler", (_Scripted,), {"reads": [], "replies": {}})
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     handler.port = server.server_address[1]  # type: ignore[attr-defined]
     try:

@@ -28,6 +28,9 @@ from tests.conftest import NOW, base_config, write_config
 from tests.sends import run_send, send_step
 from tests.smtpfaults import Fault, FaultServer, Plan, fault_server
 
+# Slow: a fault suite, the whole send pipeline against an injecting relay, twice per database.
+pytestmark = pytest.mark.slow
+
 ADA, BOB, CY, DEE = (f"{n}@example.org" for n in ("ada", "bob", "cy", "dee"))
 PEOPLE = (ADA, BOB, CY, DEE)
 

@@ -38,6 +38,9 @@ from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import SmtpServer, base_config, write_config
 
+# Slow: `newsletter worker` processes on the real Redis and RabbitMQ, killed mid-chunk.
+pytestmark = pytest.mark.slow
+
 REDIS_URL = os.environ.get("NEWSLETTER_TEST_REDIS", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[2]
 

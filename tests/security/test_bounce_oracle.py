@@ -164,6 +164,7 @@ def test_the_separate_listener_serves_the_metrics_on_loopback_only(
             load_config(write_config(tmp_path, data, name="public.yaml"))
 
 
+@pytest.mark.slow
 def test_newsletter_serve_keeps_metrics_off_the_public_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

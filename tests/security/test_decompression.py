@@ -112,6 +112,7 @@ def test_a_single_layer_bomb_stops_at_max_bytes_decompressed(server: FeedServer,
     assert server.seen("/fine")[0].headers["Accept-Encoding"] == "gzip, deflate"
 
 
+@pytest.mark.slow  # inflates every bomb through a real fetch
 def test_bombs_fail_their_source_and_the_others_go_on(
     server: FeedServer, db_url: str, make_config: Callable[..., Config], store: Store
 ) -> None:

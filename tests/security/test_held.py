@@ -6,7 +6,7 @@ attack is covered:
 XSS in feed fields (title, abstract, authors, categories, links)
     tests/test_render.py::test_feed_text_stays_text_in_both_parts (a hostile paper in both
     renderers: every field, ``javascript:`` and quote-breaking links, template syntax);
-    tests/test_sources.py::test_hostile_entry_stays_text (the parser keeps markup as text);
+    tests/sources/test_parsers.py::test_hostile_entry_stays_text (the parser keeps markup as text);
     tests/deliver/test_mime.py::test_hostile_feed_text_gives_the_same_message_as_email_message.
     Here: :func:`test_xss_in_every_feed_field_through_ingest_mail_and_archive`, a hostile feed
     through the real ingest into both databases, the digest a real SMTP server receives, and
@@ -42,7 +42,7 @@ Account enumeration
     Here: form and API answer alike for new, pending, active, paused and unsubscribed
     addresses (:func:`test_subscribe_answers_alike_whatever_the_address_state`).
 SSRF
-    tests/test_fetch.py::test_blocked_reason (the address table),
+    tests/sources/test_fetch.py::test_blocked_reason (the address table),
     ::test_loopback_needs_allow_private, ::test_redirect_to_metadata_address_is_blocked_on_that_hop,
     ::test_a_name_resolving_to_a_private_address_is_blocked,
     ::test_redirects_are_followed_and_checked (a ``file://`` redirect);

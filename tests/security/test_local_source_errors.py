@@ -14,10 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from newsletter.sources import PARSERS
 from newsletter.sources.base import response_excerpt
 from newsletter.store import Store
 from tests.conftest import SmtpServer, base_config, write_config
+
+# Slow: `newsletter fetch` in a subprocess on each database.
+pytestmark = pytest.mark.slow
 
 SECRET = "hunter2-smtp-password-c0ffee"
 

@@ -35,6 +35,7 @@ def member(store: Store, clock: Clock) -> int:
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
 def test_the_manage_page_saves_timezone_name_and_every_other_choice(
     live: tuple[str, Config, Store], clock: Clock

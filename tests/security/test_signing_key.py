@@ -114,6 +114,7 @@ def _read_keys(configs: list[str], barrier: Any, results: Any) -> None:
     results.put(keys)
 
 
+@pytest.mark.slow
 def test_processes_creating_the_key_at_once_all_get_the_same_strong_key(tmp_path: Path) -> None:
     configs = []
     for r in range(ROUNDS):

@@ -9,12 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.semantic.model import Embedder
 from tests.conftest import SmtpServer
+
+# Slow: `newsletter` in subprocesses, loading the sentence encoder.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

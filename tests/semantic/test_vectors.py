@@ -18,6 +18,9 @@ from newsletter.store import Store
 from tests.conftest import base_config, write_config
 from tests.rank.relevance.corpus import load_papers
 
+# Slow: the real sentence encoder embeds every paper, topic and example.
+pytestmark = pytest.mark.slow
+
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)
 
 

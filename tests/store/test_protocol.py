@@ -108,6 +108,7 @@ def test_the_send_store_is_the_part_of_the_store_the_send_path_reads_and_writes(
     assert not send & {"settle_unknown", "confirm_subscriber", "record_complaint", "upgrade"}
 
 
+@pytest.mark.slow
 def test_store_satisfies_the_protocols_for_mypy(tmp_path: Path) -> None:
     """mypy (strict, the project's settings) accepts a Store where a ``StoreProtocol`` or a
     ``SendStore`` is wanted, and a MemoryStore where a ``SendStore`` is: in the send path's

@@ -46,7 +46,7 @@ def test_a_dry_run_after_the_send_counts_them_as_already_sent(sent_demo: Path) -
 def test_the_readme_tour_ranks_before_it_sends() -> None:
     """The tour tells the reader to copy paper ids from `rank`: `rank` must come before the
     send that would leave it nothing to print, and before the command that needs the ids."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     tour = readme.split("## A short tour", 1)[1].split("\n## ", 1)[0]
     block = tour.split("```sh", 1)[1].split("```", 1)[0]
     commands = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]

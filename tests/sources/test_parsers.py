@@ -1,8 +1,8 @@
 """Golden tests: each real-format fixture file → the normalized papers it must parse into.
 
 The expected output lives beside the fixtures in ``tests/fixtures/golden/<file>.json``. After an
-intended change to a parser, regenerate with ``UPDATE_GOLDEN=1 pytest tests/test_sources.py`` and
-review the diff like code.
+intended change to a parser, regenerate with
+``UPDATE_GOLDEN=1 pytest tests/sources/test_parsers.py`` and review the diff like code.
 """
 
 from __future__ import annotations
