@@ -23,7 +23,7 @@ from newsletter.store import Store
 from newsletter.subscribe import Subscriptions, forgotten_key
 from tests.conftest import NOW, SmtpServer, write_config
 from tests.security.helpers import last_link, newsletter, subscribe
-from tests.test_edition_papers import _downgrade
+from tests.store.test_edition_papers import _downgrade
 from tests.web.conftest import Clock, link_to
 
 UNSUBSCRIBED = SubscriberStatus.UNSUBSCRIBED
