@@ -187,29 +187,58 @@ _VECTORS: list[dict[str, Any]] = []
 def seed_vectors(config_path: Path) -> None:
     """Store the papers' and topics' embedding vectors as ``newsletter fetch`` does
     (``embed_new``), so that the send reads them; a no-op when semantic ranking is off or its
-    model is not installed. The first call embeds, later ones copy its rows."""
+    model is not installed. The first call embeds, in a process of its own
+    (:func:`embed_main`): a send forked from a process that holds the model would report that
+    process's memory as its own peak (``ru_maxrss`` counts the parent's pages at the fork).
+    Later calls copy its rows."""
+    import pickle
+
+    from newsletter.config import load_config
+    from newsletter.store import Store
+    from newsletter.store import tables as t
+
+    if not _VECTORS:
+        rows = config_path.with_suffix(".vectors")
+        subprocess.run(
+            [sys.executable, "-m", "bench.bench_send", "embed", str(config_path), str(rows)],
+            cwd=ROOT,
+            check=True,
+        )
+        if not rows.exists():  # semantic ranking is off, or its model is not installed
+            return
+        _VECTORS.extend(pickle.loads(rows.read_bytes()))
+        return
+    store = Store(load_config(config_path).database_url)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(t.embeddings.insert(), _VECTORS)
+    finally:
+        store.close()
+
+
+def embed_main(config_path: str, rows: str) -> None:
+    """``python -m bench.bench_send embed CONFIG ROWS``: what a fetch embeds, stored in the
+    config's database and written to ``ROWS`` (a pickle of the ``embeddings`` rows); no file
+    when semantic ranking is off or its model is not installed."""
     import importlib
+    import pickle
 
     from newsletter.config import load_config
     from newsletter.services import Services
     from newsletter.store import tables as t
 
-    services = Services.open(load_config(config_path))
+    services = Services.open(load_config(Path(config_path)))
     try:
         if services.vectors.problem:
             return
-        engine = services.store.engine
-        if not _VECTORS:
-            try:  # where a fetch embeds: fetch_run.py since its rename, runs.py before
-                module = importlib.import_module("newsletter.fetch_run")
-            except ImportError:
-                module = importlib.import_module("newsletter.runs")
-            module.embed_new(services, utcnow())
-            with engine.connect() as conn:
-                _VECTORS.extend(dict(r._mapping) for r in conn.execute(t.embeddings.select()))
-        else:
-            with engine.begin() as conn:
-                conn.execute(t.embeddings.insert(), _VECTORS)
+        try:  # where a fetch embeds: fetch_run.py since its rename, runs.py before
+            module = importlib.import_module("newsletter.fetch_run")
+        except ImportError:
+            module = importlib.import_module("newsletter.runs")
+        module.embed_new(services, utcnow())
+        with services.store.engine.connect() as conn:
+            got = [dict(r._mapping) for r in conn.execute(t.embeddings.select())]
+        Path(rows).write_bytes(pickle.dumps(got))
     finally:
         services.store.close()
 
@@ -955,5 +984,7 @@ def breakdown(sends: list[Send], profiles: dict[str, Counter[str]]) -> list[str]
 if __name__ == "__main__":
     if sys.argv[1:2] == ["profile"]:
         profile_main(sys.argv[2], sys.argv[sys.argv.index("--") + 1 :])
+    elif sys.argv[1:2] == ["embed"]:
+        embed_main(sys.argv[2], sys.argv[3])
     else:
         print(main(quick="--quick" in sys.argv))
