@@ -22,6 +22,7 @@ from typing import Any, NoReturn, Protocol
 from newsletter.addresses import InvalidAddress, envelope_address
 from newsletter.config import SmtpSettings
 from newsletter.deliver.message import Envelope, wire_data
+from newsletter.deliver.retry import Refusal
 from newsletter.errors import DeliveryError, RelayError
 
 
@@ -51,6 +52,18 @@ def is_throttle(code: int, text: str) -> bool:
 def is_temporary(code: int) -> bool:
     """4xx, and 552 (mailbox full: RFC 5321 lets relays treat it as temporary)."""
     return 400 <= code < 500 or code == 552
+
+
+def classify(code: int, text: str, stage: str) -> Refusal:
+    """What the relay's refusal at ``stage`` means, as data for the retry policy
+    (:func:`newsletter.deliver.retry.next_step`): temporary or not, a throttle or not."""
+    return Refusal(
+        f"{code} {text}",
+        code,
+        stage,
+        temporary=is_temporary(code),
+        throttled=is_throttle(code, text),
+    )
 
 
 class _NoGreeting(smtplib.SMTPException):
@@ -397,13 +410,9 @@ class SmtpMailer:
     ) -> NoReturn:
         if drop:
             self._drop()
+        r = classify(code, text, stage)
         raise DeliveryError(
-            rcpt,
-            f"{code} {text}",
-            code=code,
-            temporary=is_temporary(code),
-            stage=stage,
-            throttled=is_throttle(code, text),
+            rcpt, r.reason, code=code, temporary=r.temporary, stage=stage, throttled=r.throttled
         ) from cause
 
     def _drop(self) -> None:

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from newsletter.deliver.retry import Refusal, RetryRules, Then, Tries, backoff, next_step
+from newsletter.deliver.smtp import classify
 from newsletter.errors import DeliveryError
 from newsletter.models import EditionStatus, Outcome
 
@@ -110,3 +111,21 @@ def test_backoff_doubles_up_to_the_cap_with_jitter() -> None:
     for n, d in enumerate(delays, start=1):
         full = min(8.0, 2 ** (n - 1))
         assert 0.75 * full <= d <= full
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "stage", "temporary", "throttled"),
+    [
+        (452, "4.2.2 mailbox full", "RCPT", True, False),
+        (552, "5.2.2 mailbox full", "DATA", True, False),  # RFC 5321: may be temporary
+        (550, "5.1.1 no such user", "RCPT", False, False),
+        (454, "4.7.0 TLS not available", "MAIL", True, True),
+        (451, "4.7.1 too many messages, slow down", "MAIL", True, True),
+        (554, "5.7.1 rate limit policy", "DATA", False, False),  # a 5xx is never a throttle
+    ],
+)
+def test_the_relays_refusal_is_classified_as_data(
+    code: int, text: str, stage: str, temporary: bool, throttled: bool
+) -> None:
+    refusal = classify(code, text, stage)
+    assert refusal == Refusal(f"{code} {text}", code, stage, temporary, throttled)
