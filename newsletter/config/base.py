@@ -17,6 +17,13 @@ DEFAULT_CONFIG = "newsletter.yaml"
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
+def check_slug(value: str) -> str:
+    """``value`` when it is a name sources and topics may have, else the ValueError saying so."""
+    if not _SLUG.match(value):
+        raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from newsletter.config.base import _SLUG, _Strict
+from newsletter.config.base import _Strict, check_slug
 
 SourceKind = Literal["arxiv_rss", "arxiv_api", "hf_daily", "feed"]
 
@@ -69,9 +69,7 @@ class SourceSettings(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _SLUG.match(value):
-            raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
-        return value
+        return check_slug(value)
 
     @field_validator("url")
     @classmethod
@@ -174,9 +172,7 @@ class TopicSettings(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not _SLUG.match(value):
-            raise ValueError(f"{value!r}: use lowercase letters, digits, '-' and '_'")
-        return value
+        return check_slug(value)
 
     @field_validator("title")
     @classmethod

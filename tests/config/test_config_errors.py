@@ -9,19 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from newsletter.cli import cli
-
-GOOD = """\
-database:
-  url: sqlite:///var/n.db
-sender:
-  from: "Papers <digest@example.org>"
-topics:
-  - name: moe
-    keywords: [[MoE, mixture of experts]]
-subscribers:
-  - email: ada@example.org
-    topics: [moe]
-"""
+from tests.config.test_config import GOOD
 
 
 def config_error(tmp_path: Path, text: str) -> str:
