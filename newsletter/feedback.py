@@ -79,6 +79,9 @@ class ReaderLinks:
 
     __slots__ = ("_head", "_links", "prefix")
 
+    shared_ends = False
+    """Each token is signed for this reader (:class:`newsletter.render.FeedbackUrls`)."""
+
     def __init__(self, links: FeedbackLinks, head: TokenHead) -> None:
         self._links = links
         self._head = head
@@ -195,6 +198,10 @@ class DigestVoteLinks:
     the digest's token, so a link costs a dictionary look-up and no signature."""
 
     __slots__ = ("_links", "prefix")
+
+    shared_ends = True
+    """What follows the prefix names the topic, paper and vote only: the same for every reader
+    (:class:`newsletter.render.FeedbackUrls`)."""
 
     def __init__(self, links: VoteLinks, prefix: str) -> None:
         self._links = links

@@ -1,14 +1,14 @@
 """The per-run caches of :mod:`newsletter.render` and the holes that keep them per reader.
 
 :class:`Fragments` renders a template block (a topic section, a paper's card) once per key and
-keeps it with *holes* where each reader's "more/less like this" links go. :class:`Skeletons`
-does the same for a whole message: readers whose digests have the same sections (the same
-topics, no votes) share one rendering, with holes for everything that is theirs: the address,
-the name, the view, manage and unsubscribe links, the feedback links, and the wrapped lines that
-hold any of them. A hole is :data:`HOLE_MARK` (random per process, so feed text cannot forge
-one) and a short code; a reader's copy is a join of the cached pieces and their values, which
-is what rendering the template for them writes (``tests/test_render_shared.py`` holds them
-byte-equal).
+keeps it with *holes* where each reader's "more/less like this" links go. A hole is
+:data:`HOLE_MARK` (random per process, so feed text cannot forge one) and a short code. When a
+link's end is the same for every reader (one token per digest: ``{prefix}{topic}/{paper}/more``,
+the prefix holding the reader's token), the section is kept with that end written in and only the
+prefix left out, so a reader's copy of a section is one ``prefix.join(pieces)``. Per-reader
+tokens (links mailed before) leave a hole per link, filled by the reader's callback.
+``tests/test_render_shared.py`` holds a section shared by many readers byte-equal to each
+reader's digest rendered alone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import re
 import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
 
 import markupsafe
 
@@ -30,33 +29,53 @@ FRAGMENT_CHARS = 8_000_000
 """Characters of rendered sections and cards kept per template environment (the HTML is ASCII:
 one byte each), so a run's memory stays flat however many different sections it renders."""
 
-SKELETON_CHARS = 24_000_000
-"""Characters of whole messages kept per renderer (a few hundred topic sets)."""
-
-
 HOLE_MARK = f"fbk{secrets.token_hex(6)}x"
 """Feedback links inside a cached fragment are written as ``HOLE_MARK + paper id + m|l``, filled
 in per reader; random per process, so no feed text can pass for one."""
 _HOLE = re.compile(rf"{HOLE_MARK}(\d+)([ml])")
+PREFIX_HOLE = f"{HOLE_MARK}P"
+"""Where a reader's link prefix goes, before a link end written into the fragment."""
 CACHING: ContextVar[int] = ContextVar("newsletter_render_caching", default=0)
 """How many fragments are being rendered for the cache (in this thread) right now."""
-READER: ContextVar[Callable[[int, str], str] | None] = ContextVar(
-    "newsletter_render_reader", default=None
+
+
+class Reader:
+    """The message being rendered: its link ``prefix`` (as the part writes it: escaped for HTML)
+    and ``link(paper id, "m" or "l")``, the whole feedback link."""
+
+    __slots__ = ("link", "prefix")
+
+    def __init__(self, prefix: str, link: Callable[[int, str], str]) -> None:
+        self.prefix = prefix
+        self.link = link
+
+
+READER: ContextVar[Reader | None] = ContextVar("newsletter_render_reader", default=None)
+"""The message being rendered (:class:`Reader`), or ``None``: no feedback links."""
+ENDS: ContextVar[Callable[[DigestItem, int], str] | None] = ContextVar(
+    "newsletter_render_link_ends", default=None
 )
-"""The message being rendered: its feedback link for (paper id, ``m`` or ``l``)."""
+"""When set: a feedback link's end after the prefix, the same for every reader (the digest's
+token is in the prefix); fragments are then cached with it written in."""
 
 
 class _Holes:
     """A cached fragment with the reader's feedback links left out: text, hole, text, ..."""
 
-    __slots__ = ("body", "markup", "parts")
+    __slots__ = ("body", "joinable", "markup", "parts")
 
     def __init__(self, body: str) -> None:
         self.body = body
         self.markup = isinstance(body, markupsafe.Markup)
         """Rendered with autoescape: the joined copy is markup too (links come escaped)."""
+        self.joinable: list[str] | None = None
+        """Only prefix holes: the pieces a reader's prefix joins."""
+        self.parts: tuple[str | tuple[int, str], ...] = ()
+        if _HOLE.search(body) is None:
+            self.joinable = str(body).split(PREFIX_HOLE)
+            return
         pieces = _HOLE.split(body)  # text, id, kind, text, id, kind, ..., text
-        self.parts: tuple[str | tuple[int, str], ...] = tuple(
+        self.parts = tuple(
             pieces[i] if i % 3 == 0 else (int(pieces[i]), pieces[i + 1])
             for i in range(0, len(pieces))
             if i % 3 != 2
@@ -65,8 +84,17 @@ class _Holes:
     def fill(self) -> str:
         if CACHING.get():  # inside a fragment being cached: keep the holes
             return self.body
-        reader = READER.get() or _no_link
-        joined = "".join(p if type(p) is str else reader(*p) for p in self.parts)
+        reader = READER.get()
+        if self.joinable is not None:
+            joined = ("" if reader is None else reader.prefix).join(self.joinable)
+        else:
+            link = _no_link if reader is None else reader.link
+            joined = "".join(
+                (p.replace(PREFIX_HOLE, reader.prefix if reader else "") if PREFIX_HOLE in p else p)
+                if type(p) is str
+                else link(*p)
+                for p in self.parts
+            )
         return markupsafe.Markup(joined) if self.markup else joined  # noqa: S704 - escaped parts
 
 
@@ -92,6 +120,7 @@ class Fragments:
         self._chars = 0
 
     def __call__(self, *key: object, caller: Callable[[], str]) -> str:
+        key = (*key, ENDS.get() is not None)  # link ends written in, or a hole per link
         try:
             hit = self._cache.get(key)
         except TypeError:  # an unhashable key: no caching
@@ -113,144 +142,16 @@ class Fragments:
 
 
 def feedback_link(item: DigestItem, value: int) -> str:
-    """``{{ feedback(item, 1) }}``: the reader's link, or a hole inside a fragment being cached."""
+    """``{{ feedback(item, 1) }}``: the reader's link, or a hole inside a fragment being cached
+    (the prefix's alone, followed by the link's end, when every reader's end is the same)."""
     kind = "m" if value > 0 else "l"
     if CACHING.get():
+        ends = ENDS.get()
+        if ends is not None:
+            return PREFIX_HOLE + ends(item, value)  # escaped with the rest by autoescape
         return f"{HOLE_MARK}{item.paper.id}{kind}"
     reader = READER.get()
-    return "" if reader is None else reader(item.paper.id, kind)
-
-
-# ---------------------------------------------------------------------------- whole messages
-
-READER_CODES = "envmu"
-"""A reader's own values in a skeleton: address (``e``), name (``n``), view (``v``), manage
-(``m``) and unsubscribe (``u``) links; written ``HOLE_MARK + "r" + code``."""
-_DEFERRED: ContextVar[list[tuple[Callable[..., str], tuple[Any, ...]]] | None] = ContextVar(
-    "newsletter_render_deferred", default=None
-)
-"""While a skeleton renders: the filter calls (wrap, url) whose input holds a reader's value,
-to be made per reader (``HOLE_MARK + "d" + index + "x"``)."""
-_DIGITS = re.compile(r"(\d+)([ml])")
-_PLAIN = re.compile(rf"{HOLE_MARK}r([{READER_CODES}])")
-
-
-def reader_mark(code: str) -> str:
-    """What stands for a reader's value (``READER_CODES``) while a skeleton renders."""
-    return f"{HOLE_MARK}r{code}"
-
-
-def deferring(fn: Callable[..., str]) -> Callable[..., str]:
-    """A filter that, while a skeleton renders, leaves a hole for a value holding a reader's
-    value (a wrapped footer line with the address, a link made safe), made per reader."""
-
-    def call(value: Any, *args: Any, **kwargs: Any) -> str:
-        pending = _DEFERRED.get()
-        if pending is not None and isinstance(value, str) and HOLE_MARK in value:
-            pending.append((lambda v: fn(v, *args, **kwargs), (value,)))
-            return f"{HOLE_MARK}d{len(pending) - 1}x"
-        return fn(value, *args, **kwargs)
-
-    return call
-
-
-Piece = str | tuple[int, Any, Any]
-"""Text, or a hole: (0, paper id, ``m``/``l``), (1, reader code, -), (2, filter, its input)."""
-
-
-class Skeleton:
-    """One message part rendered for a set of readers, cut at its holes."""
-
-    __slots__ = ("pieces", "size")
-
-    def __init__(self, pieces: tuple[Piece, ...], size: int) -> None:
-        self.pieces = pieces
-        self.size = size
-
-    @classmethod
-    def cut(
-        cls, body: str, deferred: list[tuple[Callable[..., str], tuple[Any, ...]]]
-    ) -> Skeleton | None:
-        """The pieces of a rendered body; ``None`` when a hole is not one this code made (a
-        template that transforms a reader's value in a way no hole can stand for)."""
-        parts = body.split(HOLE_MARK)
-        pieces: list[Piece] = [parts[0]]
-        for part in parts[1:]:
-            kind = part[:1]
-            if kind == "r" and part[1:2] and part[1] in READER_CODES:
-                pieces += [(1, part[1], None), part[2:]]
-            elif kind == "d" and (end := part.find("x")) > 1 and part[1:end].isdigit():
-                fn, args = deferred[int(part[1:end])]
-                pieces += [(2, fn, args[0]), part[end + 1 :]]
-            elif m := _DIGITS.match(part):
-                pieces += [(0, int(m[1]), m[2]), part[m.end() :]]
-            else:
-                return None
-        return cls(tuple(p for p in pieces if p != ""), len(body))
-
-    def fill(
-        self,
-        raw: dict[str, str],
-        written: dict[str, str],
-        out: Callable[[str], str],
-        feedback: Callable[[int, str], str] | None,
-    ) -> str:
-        """The reader's copy: their values by reader code (``raw``, and ``written`` as the part
-        writes them: escaped for HTML), ``out`` to write a deferred filter's result (escaped
-        likewise), ``feedback`` for the more/less links (``None``: no links)."""
-        joined: list[str] = []
-        add = joined.append
-        for p in self.pieces:
-            if isinstance(p, str):
-                add(p)
-                continue
-            kind, a, b = p
-            if kind == 0:
-                add("" if feedback is None else feedback(a, b))
-            elif kind == 1:
-                add(written[a])
-            else:
-                add(out(a(_PLAIN.sub(lambda m: raw[m[1]], b))))
-        return "".join(joined)
-
-
-def render_skeleton(render: Callable[[], str]) -> Skeleton | None:
-    """Render with every reader's value left as a hole (feedback links too) and cut it."""
-    deferred: list[tuple[Callable[..., str], tuple[Any, ...]]] = []
-    pending = _DEFERRED.set(deferred)
-    depth = CACHING.set(CACHING.get() + 1)  # feedback links stay holes, as in a fragment
-    try:
-        body = render()
-    finally:
-        CACHING.reset(depth)
-        _DEFERRED.reset(pending)
-    return Skeleton.cut(str(body), deferred)
-
-
-class Skeletons:
-    """A renderer's skeletons by key (sections, titles, date, which links are there), bounded
-    by characters held: the oldest go first."""
-
-    def __init__(self, max_chars: int = SKELETON_CHARS) -> None:
-        self.max_chars = max_chars
-        self._cache: dict[object, tuple[Skeleton, Skeleton] | None] = {}
-        self._chars = 0
-
-    def get(self, key: object) -> tuple[Skeleton, Skeleton] | bool | None:
-        """The (HTML, text) skeletons of ``key``; ``None`` if they cannot be made, ``False``
-        if not made yet."""
-        return self._cache.get(key, False)
-
-    def put(self, key: object, made: tuple[Skeleton, Skeleton] | None) -> None:
-        """Keep ``made`` for ``key`` (``None``: this shape is rendered per reader)."""
-        cache = self._cache
-        if made is not None:
-            self._chars += made[0].size + made[1].size
-        while cache and self._chars > self.max_chars:
-            gone = cache.pop(next(iter(cache)))
-            if gone is not None:
-                self._chars -= gone[0].size + gone[1].size
-        cache[key] = made
+    return "" if reader is None else reader.link(item.paper.id, kind)
 
 
 def html_value(value: str) -> str:

@@ -22,10 +22,12 @@ which differs per subscriber, is rendered per message.
 The "more like this" / "less like this" links are per reader *and* per paper, yet sit inside
 the cached sections: the templates write ``{{ feedback(item, 1) }}``. Outside a cached fragment
 that is the reader's link; while a fragment is rendered for the cache it is a hole (a marker
-with a per-process random prefix, the paper's id and the vote), and the cache keeps the
-fragment cut at its holes, so each reader's copy is a join of the cached pieces with their own
-links: no pass over the whole message. Feed text cannot forge a hole: it never knows the prefix. The inlined template writes non-ASCII
-characters as references, so the HTML is ASCII (several times faster to join, hash and encode).
+with a per-process random prefix). With one token per digest the link's end (topic, paper,
+vote) is the same for every reader: the section is kept with the ends written in and a hole
+for the prefix only, so a reader's copy of a section is ``prefix.join(pieces)``; per-reader
+tokens leave a hole per link, filled by a callback. Feed text cannot forge a hole: it never
+knows the marker. The inlined template writes non-ASCII characters as references, so the HTML
+is ASCII (several times faster to join, hash and encode).
 
 Operators may override any template: a folder named in ``digest.templates_dir`` is searched
 before the shipped templates.
@@ -40,7 +42,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -52,15 +54,11 @@ from newsletter.config import Settings
 from newsletter.excerpts import excerpt, lead_excerpt
 from newsletter.fragments import (
     CACHE_SIZE,
+    ENDS,
     READER,
     Fragments,
-    Skeleton,
-    Skeletons,
-    deferring,
+    Reader,
     feedback_link,
-    html_value,
-    reader_mark,
-    render_skeleton,
 )
 from newsletter.inline import (
     PREMAILER_OPTIONS,
@@ -101,6 +99,11 @@ class FeedbackUrls(Protocol):
 
     def token(self, item: DigestItem, value: int) -> str:
         """The signed token for a vote of ``value`` (+1 or -1) on ``item``."""
+
+    @property
+    def shared_ends(self) -> bool:
+        """Whether :meth:`token` is the same for every reader (the reader is in the prefix):
+        then the cached sections carry the links' ends and a reader's copy is one join."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +170,8 @@ def make_environment(
     env.filters["short_authors"] = _memo(short_authors)
     env.filters["excerpt"] = _memo(excerpt)
     env.filters["latex"] = to_text  # memoized itself: LaTeX in titles and abstracts as text
-    env.filters["wrap"] = deferring(_memo(wrap))  # a line with the reader's address: per reader
-    env.filters["url"] = deferring(_memo(safe_url))
+    env.filters["wrap"] = _memo(wrap)
+    env.filters["url"] = _memo(safe_url)
     env.globals["once"] = Fragments()
     env.globals["feedback"] = feedback_link
     env.filters["thousands"] = thousands
@@ -294,20 +297,6 @@ class Renderer:
         """The HTML template with its CSS inlined, or ``None`` (premailer per message)."""
         if inline_once:
             self.inlined = self._inline_once()
-        self.skeletons: Skeletons | None = None
-        """Whole messages rendered once per set of readers (see :meth:`render`): only for the
-        shipped templates, which the tests hold byte-equal to rendering each message."""
-        if self.inlined is not None and self._shipped():
-            self.skeletons = Skeletons()
-
-    def _shipped(self) -> bool:
-        assert self.env.loader is not None
-        shipped = shipped_templates_dir()
-        for name in ("digest.html", "digest.txt"):
-            _, filename, _ = self.env.loader.get_source(self.env, name)
-            if filename is None or Path(filename).resolve().parent != shipped:
-                return False
-        return True
 
     def _inline_once(self) -> jinja2.Template | None:
         assert self.env.loader is not None
@@ -344,9 +333,9 @@ class Renderer:
         return " ".join(text.split())  # never a CR/LF in a header
 
     @staticmethod
-    def _reader(digest: Digest, feedback: FeedbackUrls) -> tuple[Callable[[int, str], str], ...]:
-        """The message's feedback links by (paper id, ``m``/``l``): for the HTML (prefix made
-        safe and escaped once) and for the text part. Each token is made once, on first use."""
+    def _readers(digest: Digest, feedback: FeedbackUrls) -> tuple[Reader, Reader]:
+        """The message's feedback links, for the HTML (prefix made safe and escaped once) and
+        for the text part. Each token is made once, on first use."""
         items = {item.paper.id: item for item in digest.items}
         tokens: dict[tuple[int, str], str] = {}
         prefix = feedback.prefix
@@ -360,13 +349,10 @@ class Renderer:
                 tokens[pid, kind] = found
             return found
 
-        def html(pid: int, kind: str) -> str:
-            return html_prefix + token(pid, kind)
-
-        def text(pid: int, kind: str) -> str:
-            return prefix + token(pid, kind)
-
-        return html, text
+        return (
+            Reader(html_prefix, lambda pid, kind: html_prefix + token(pid, kind)),
+            Reader(prefix, lambda pid, kind: prefix + token(pid, kind)),
+        )
 
     def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
         """The values the digest templates are rendered with."""
@@ -398,80 +384,28 @@ class Renderer:
     def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
         """The digest as subject, preheader, HTML (CSS inlined) and plain text.
 
-        Readers whose digests have the same sections, titles and date (the same topics and no
-        votes) share one rendering of each part, cut where their own values go (address, name,
-        links: :mod:`newsletter.fragments`); each reader's copy is a join with theirs.
+        Topic sections and paper cards come from the caches (:class:`Fragments`): a section
+        is rendered once per run and reused by every reader of its topic, with their own
+        more/less links joined in.
         """
-        html_links = text_links = None
-        if links.feedback is not None:
-            html_links, text_links = self._reader(digest, links.feedback)
-        shared = self._skeletons(digest, links) if self.skeletons is not None else None
-        if shared is not None:
-            sub = digest.subscriber
-            raw = {
-                "e": sub.email,
-                "n": sub.name,
-                "v": links.view or "",
-                "m": links.manage,
-                "u": links.unsubscribe,
-            }
-            written = {k: html_value(v) for k, v in raw.items()}
-            html = shared[0].fill(raw, written, html_value, html_links)
-            text = shared[1].fill(raw, raw, str, text_links)
-            return RenderedDigest(self.subject(digest), summary_line(digest), html, text)
+        html_reader = text_reader = None
+        feedback = links.feedback
+        if feedback is not None:
+            html_reader, text_reader = self._readers(digest, feedback)
         ctx = self.context(digest, links)
-        reader = READER.set(html_links)
+        reader = READER.set(html_reader)
+        ends = ENDS.set(feedback.token if feedback is not None and feedback.shared_ends else None)
         try:
             if self.inlined is not None:
                 html = self.inlined.render(ctx)
             else:
                 html = inline_css(self.html_template.render(ctx))
-            READER.set(text_links)
+            READER.set(text_reader)
             text = self.text_template.render(ctx)
         finally:
+            ENDS.reset(ends)
             READER.reset(reader)
         return RenderedDigest(self.subject(digest), str(ctx["preheader"]), html, text)
-
-    def _skeletons(self, digest: Digest, links: DigestLinks) -> tuple[Skeleton, Skeleton] | None:
-        """The shared (HTML, text) renderings for this digest's readers, made on first use."""
-        assert self.skeletons is not None and self.inlined is not None
-        sub = digest.subscriber
-        own = (sub.email, sub.name, links.view, links.manage, links.unsubscribe)
-        key = (
-            digest.sections,
-            digest.topic_titles,
-            digest.edition_date,
-            tuple(v if not v else True for v in own),  # a missing value is part of the shape
-            links.feedback is None,
-            links.by_mail,
-        )
-        try:
-            found = self.skeletons.get(key)
-        except TypeError:  # unhashable: render alone
-            return None
-        if found is not False:
-            return found  # type: ignore[return-value]
-        # Each value the reader has becomes a hole; a missing one stays as it is (key above).
-        stand_in = replace(
-            digest,
-            subscriber=replace(
-                sub, email=sub.email and reader_mark("e"), name=sub.name and reader_mark("n")
-            ),
-        )
-        ctx = self.context(
-            stand_in,
-            replace(
-                links,
-                view=links.view and reader_mark("v"),
-                manage=links.manage and reader_mark("m"),
-                unsubscribe=links.unsubscribe and reader_mark("u"),
-            ),
-        )
-        html = render_skeleton(lambda: self.inlined.render(ctx))  # type: ignore[union-attr]
-        text = render_skeleton(lambda: self.text_template.render(ctx))
-        made = None if html is None or text is None else (html, text)
-        self.skeletons.put(key, made)
-        return made
 
 
 def _date_label(d: date) -> str:

@@ -439,13 +439,13 @@ def test_fragments_stay_within_their_character_budget() -> None:
     for i in range(50):
         assert once(i, caller=lambda i=i: f"{i:02d}" * 50) == f"{i:02d}" * 50
     assert sum(len(v) for v in once._cache.values()) <= 1000
-    assert list(once._cache) == [(i,) for i in range(40, 50)]  # the oldest went first
+    assert list(once._cache) == [(i, False) for i in range(40, 50)]  # the oldest went first
     calls: list[int] = []
     assert once(49, caller=lambda: str(calls.append(1))) == "49" * 50 and not calls
     small = Fragments(size=3)
     for i in range(5):
         small(i, caller=lambda: "x")
-    assert list(small._cache) == [(2,), (3,), (4,)]
+    assert list(small._cache) == [(2, False), (3, False), (4, False)]
 
 
 @settings(max_examples=400, deadline=None)
