@@ -13,7 +13,7 @@ the rules (:mod:`.rules`), the paper index (:mod:`.index`), the scorer and fusio
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,51 @@ FloatArray = npt.NDArray[np.float64]
 
 SECTIONS_CACHE = 8192
 """Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
+
+
+class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
+    """Topic → its items best first; each item (reason included) made once, on first use."""
+
+    def __init__(self, ranker: Ranker, orders: dict[str, list[int]]) -> None:
+        self._ranker = ranker
+        self._orders = orders
+        self._made: dict[tuple[str, int], DigestItem] = {}
+
+    def item(self, topic_name: str, j: int) -> DigestItem:
+        """The topic's item for paper ``j`` (the index's position)."""
+        found = self._made.get((topic_name, j))
+        if found is None:
+            r = self._ranker
+            score = round(float(r.scores[r._order[topic_name]][j]), 6)
+            reason = r.explainer.cached_reason(topic_name, j)
+            found = DigestItem(r.index.papers[j], topic_name, score, reason)
+            self._made[topic_name, j] = found
+        return found
+
+    def __getitem__(self, topic_name: str) -> tuple[DigestItem, ...]:
+        return tuple(self.item(topic_name, j) for j in self._orders[topic_name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._orders)
+
+    def __len__(self) -> int:
+        return len(self._orders)
+
+
+class _ItemsInOrder:
+    """One topic's items in the order sections() merges them, made as far as it reads."""
+
+    __slots__ = ("_items", "_name", "_order")
+
+    def __init__(self, items: RankedItems, name: str, order: list[int]) -> None:
+        self._items = items
+        self._name = name
+        self._order = order
+
+    def __iter__(self) -> Iterator[DigestItem]:
+        item, name = self._items.item, self._name
+        for j in self._order:
+            yield item(name, j)
 
 
 class Ranker:
@@ -163,30 +208,30 @@ class Ranker:
             best=self.best,
         )
         """Explanations and reasons of these scores (``rank --explain``, each item's reason)."""
-        self.ranked: dict[str, tuple[DigestItem, ...]] = {}
         papers_t = self.index.papers
         self._key_rank = np.argsort(np.argsort([p.key for p in papers_t], kind="stable"))
+        # Each topic's hits in two orders: by score (9 digits) then key, as ``ranked`` lists
+        # them, and by the stored (6-digit) score then key, the order sections() merges in.
+        # Items (each with its reason) are made only as far as someone reads a list: a run
+        # asks for the first dozen of each topic, not for the thousands of matches.
+        shown: dict[str, list[int]] = {}
+        pool: dict[str, list[int]] = {}
         for i, topic in enumerate(topics):
             row = self.scores[i]
-            hits = np.flatnonzero(row > 0)
-            order = sorted(hits, key=lambda j: (-round(float(row[j]), 9), papers_t[j].key))
-            self.ranked[topic.name] = tuple(
-                DigestItem(
-                    papers_t[j],
-                    topic.name,
-                    round(float(row[j]), 6),
-                    self.reason(topic.name, int(j)),
-                )
-                for j in order
+            hits = [int(j) for j in np.flatnonzero(row > 0)]
+            shown[topic.name] = sorted(
+                hits, key=lambda j: (-round(float(row[j]), 9), papers_t[j].key)
             )
-
-        # The order sections() merges in: the stored (6-digit) score, then the paper key.
-        self._pool_order: dict[str, tuple[DigestItem, ...]] = {
-            name: tuple(sorted(items, key=lambda i: (-i.score, i.paper.key)))
-            for name, items in self.ranked.items()
+            pool[topic.name] = sorted(
+                hits, key=lambda j: (-round(float(row[j]), 6), papers_t[j].key)
+            )
+        self.ranked = RankedItems(self, shown)
+        """Each topic's items, best first (made on first look)."""
+        self._pool_order = {
+            name: _ItemsInOrder(self.ranked, name, order) for name, order in pool.items()
         }
         self._pool_ids = {
-            name: frozenset(i.paper.id for i in items) for name, items in self.ranked.items()
+            name: frozenset(papers_t[j].id for j in order) for name, order in pool.items()
         }
         # Readers with the same topics (and the same already-sent papers among them) get the
         # same sections: picked once, then reused. Bounded; entries are a few references each.
