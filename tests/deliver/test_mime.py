@@ -370,3 +370,25 @@ def test_the_html_part_goes_7bit_only_when_it_can(html: str, cte: str) -> None:
     html_part = list(parse(env.data).iter_parts())[1]
     assert html_part["Content-Transfer-Encoding"] == cte
     assert str(html_part.get_content()).replace("\r\n", "\n") == html
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from([0, 1, 5, 80, 997, 998, 999, 1000, 2500]).map(lambda n: "x" * n),
+        min_size=1,
+        max_size=8,
+    ),
+    trailing=st.booleans(),
+)
+def test_the_long_line_check_agrees_with_measuring_every_line(
+    lines: list[str], trailing: bool
+) -> None:
+    """The HTML goes 7bit only when no line passes 998 octets; the check jumps a window at a
+    time instead of splitting the message into lines, and must say what splitting says."""
+    from newsletter.deliver.mime import _longest_line_over, as_7bit
+
+    text = "\n".join(lines) + ("\n" if trailing else "")
+    for limit in (0, 5, 80, 998):
+        assert _longest_line_over(text, limit) == (max(map(len, text.split("\n"))) > limit)
+    assert (as_7bit(text) is None) == (max(map(len, text.split("\n"))) > 998)
