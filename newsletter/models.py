@@ -8,7 +8,7 @@ ORM rows never leave ``newsletter.store``; these types are what the rest of the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -50,6 +50,16 @@ class PaperData:
     """The code repository's stars, when the source gives them (never fetched from GitHub)."""
 
 
+def _init_values(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj) if f.init}
+
+
+def _remade(cls: type, values: dict[str, Any]) -> Any:
+    """Unpickling makes the object anew: a hash kept from another process (string hashes are
+    salted per process) would break every dictionary it is looked up in."""
+    return cls(**values)
+
+
 @dataclass(frozen=True, slots=True)
 class Paper:
     """A paper as stored: merged from every source that announced it."""
@@ -80,14 +90,17 @@ class Paper:
 
     def __post_init__(self) -> None:
         # Papers key the renderer's caches for every subscriber: hash the fields once.
-        fields = (self.id, self.key, self.title, self.abstract, self.authors, self.categories)
+        head = (self.id, self.key, self.title, self.abstract, self.authors, self.categories)
         rest = (self.url, self.pdf_url, self.code_url, self.version, self.published)
         more = (self.first_seen, self.updated, self.sources, self.upvotes, self.comments)
         last = (self.upvote_velocity, self.announced, self.code_stars)
-        object.__setattr__(self, "_hash", hash((fields, rest, more, last)))
+        object.__setattr__(self, "_hash", hash((head, rest, more, last)))
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _remade, (type(self), _init_values(self))
 
 
 class SubscriberStatus(StrEnum):
@@ -144,6 +157,17 @@ class DigestItem:
     topic: str
     score: float
     reason: str
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # Sections of items key the renderer's caches, once per reader: hash the fields once.
+        object.__setattr__(self, "_hash", hash((self.paper, self.topic, self.score, self.reason)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _remade, (type(self), _init_values(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +177,17 @@ class TopicSection:
     name: str
     title: str
     items: tuple[DigestItem, ...]
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # The key of a section's cached rendering (``once(section, ...)``): hashed once.
+        object.__setattr__(self, "_hash", hash((self.name, self.title, self.items)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _remade, (type(self), _init_values(self))
 
 
 @dataclass(frozen=True, slots=True)
