@@ -63,11 +63,14 @@ def owner_gone(owner: str) -> bool:
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
-    __slots__ = ("done", "error", "op", "posted", "result")
+    __slots__ = ("done", "error", "op", "posted", "result", "urgent")
 
-    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
+    def __init__(self, op: LedgerOp, *, posted: bool = False, urgent: bool = False) -> None:
         self.op = op
         self.posted = posted
+        self.urgent = urgent
+        """Committed without waiting for other writes to join its batch (see
+        :meth:`LedgerWriter.call`)."""
         self.done = threading.Event()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
@@ -85,7 +88,9 @@ class LedgerWriter:
     ``callers`` is how many senders call (the pool's connections); with ``linger`` > 0 a batch
     holding a waiting call waits up to ``linger`` seconds for the other senders' calls to join it
     (as Kafka's ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then
-    carries the begins of about 4 digests instead of about 1.
+    carries the begins of about 4 digests instead of about 1. An ``urgent`` call is never kept
+    waiting: its batch is committed at once (the pool's gated ``sent`` mark: the other senders
+    cannot join while it waits, see :mod:`.pool`).
     """
 
     def __init__(
@@ -110,9 +115,12 @@ class LedgerWriter:
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
-    def call(self, op: LedgerOp) -> str | bool | None:
-        """Apply ``op`` and return its result once committed (with everything queued before)."""
-        pending = PendingWrite(op)
+    def call(self, op: LedgerOp, *, urgent: bool = False) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before).
+
+        ``urgent``: commit the batch that holds it at once, without the ``linger`` wait (and cut
+        short the wait of a batch it joins)."""
+        pending = PendingWrite(op, urgent=urgent)
         self._queue.put(pending)
         pending.done.wait()
         self._raise_failed()
@@ -151,10 +159,10 @@ class LedgerWriter:
 
     def _linger(self, batch: list[PendingWrite]) -> bool:
         """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
-        (while fewer than :attr:`callers` are waiting in it); True when the writer was told to
-        stop meanwhile."""
+        (while fewer than :attr:`callers` are waiting in it, and none is urgent); True when the
+        writer was told to stop meanwhile."""
         waiting = sum(not p.posted for p in batch)
-        if waiting == 0:
+        if waiting == 0 or any(p.urgent for p in batch):
             return False
         deadline = time.monotonic() + self.linger
         while waiting < self.callers and len(batch) < self.max_batch:
@@ -168,6 +176,8 @@ class LedgerWriter:
             if nxt is None:
                 return True
             batch.append(nxt)
+            if nxt.urgent:
+                return False
             waiting += not nxt.posted
         return False
 
