@@ -196,8 +196,11 @@ def fault_server(
     refuse_login: bool = False,
     pipelining: bool = False,
     delay: float = 0.0,
+    handler: FaultHandler | None = None,
 ) -> Iterator[FaultServer]:
-    handler = FaultHandler(plan, pipelining=pipelining, delay=delay)
+    """The relay, on a free port while the block lasts; ``handler`` replaces the one built from
+    ``plan``, ``pipelining`` and ``delay`` (a test's own subclass)."""
+    handler = handler or FaultHandler(plan, pipelining=pipelining, delay=delay)
     port = free_port()
     kw: dict[str, Any] = {}
     if refuse_login:

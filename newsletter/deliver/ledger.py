@@ -63,11 +63,13 @@ def owner_gone(owner: str) -> bool:
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
-    __slots__ = ("done", "error", "op", "posted", "result")
+    __slots__ = ("done", "error", "op", "result", "urgent")
 
-    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
+    def __init__(self, op: LedgerOp, *, urgent: bool = False) -> None:
         self.op = op
-        self.posted = posted
+        self.urgent = urgent
+        """Committed without waiting for other writes to join its batch (see
+        :meth:`LedgerWriter.call`)."""
         self.done = threading.Event()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
@@ -77,15 +79,17 @@ class LedgerWriter:
     """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
 
     A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
-    the relay sees the message" and "recorded ``sent`` before the next message on that
+    the relay sees the message" and "recorded ``sent`` before anything else happens on that
     connection" both hold; batching only merges the commits of senders that are waiting at the
     same moment (group commit). On SQLite this also keeps the database to two writers (this
     thread and the claiming one) instead of one per connection.
 
     ``callers`` is how many senders call (the pool's connections); with ``linger`` > 0 a batch
-    holding a waiting call waits up to ``linger`` seconds for the other senders' calls to join it
-    (as Kafka's ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then
-    carries the begins of about 4 digests instead of about 1.
+    waits up to ``linger`` seconds for the other senders' calls to join it (as Kafka's
+    ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then carries
+    the begins of about 4 digests instead of about 1. An ``urgent`` call is never kept waiting:
+    its batch is committed at once (the pool's gated ``sent`` mark: the other senders cannot
+    join while it waits, see :mod:`.pool`).
     """
 
     def __init__(
@@ -103,45 +107,27 @@ class LedgerWriter:
         self.callers = callers
         self.linger = linger
         self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
-        self.failed: BaseException | None = None
-        """The error of a posted write nobody waited for; raised by the next call."""
         self._session: LedgerSession = store.ledger_session()
         """Used on the writer thread only (the SQL store's opens its connections there)."""
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
-    def call(self, op: LedgerOp) -> str | bool | None:
-        """Apply ``op`` and return its result once committed (with everything queued before)."""
-        pending = PendingWrite(op)
+    def call(self, op: LedgerOp, *, urgent: bool = False) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before).
+
+        ``urgent``: commit the batch that holds it at once, without the ``linger`` wait (and cut
+        short the wait of a batch it joins)."""
+        pending = PendingWrite(op, urgent=urgent)
         self._queue.put(pending)
         pending.done.wait()
-        self._raise_failed()
         if pending.error is not None:
             raise pending.error
         return pending.result
 
-    def post(self, op: LedgerOp) -> PendingWrite:
-        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
-        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
-        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
-        self._raise_failed()
-        pending = PendingWrite(op, posted=True)
-        self._queue.put(pending)
-        return pending
-
-    def wait(self, pending: PendingWrite) -> None:
-        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
-        pending.done.wait()
-
     def close(self) -> None:
-        """Commit what is queued and stop the writer; raises the error of a write that failed."""
+        """Commit what is queued and stop the writer (each write's error goes to its caller)."""
         self._queue.put(None)
         self._thread.join()
-        self._raise_failed()
-
-    def _raise_failed(self) -> None:
-        if self.failed is not None:
-            raise self.failed
 
     def _run(self) -> None:
         try:
@@ -151,13 +137,12 @@ class LedgerWriter:
 
     def _linger(self, batch: list[PendingWrite]) -> bool:
         """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
-        (while fewer than :attr:`callers` are waiting in it); True when the writer was told to
-        stop meanwhile."""
-        waiting = sum(not p.posted for p in batch)
-        if waiting == 0:
+        (while fewer than :attr:`callers` are waiting in it, and none is urgent); True when the
+        writer was told to stop meanwhile."""
+        if any(p.urgent for p in batch):
             return False
         deadline = time.monotonic() + self.linger
-        while waiting < self.callers and len(batch) < self.max_batch:
+        while len(batch) < min(self.callers, self.max_batch):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -168,7 +153,8 @@ class LedgerWriter:
             if nxt is None:
                 return True
             batch.append(nxt)
-            waiting += not nxt.posted
+            if nxt.urgent:
+                return False
         return False
 
     def _loop(self, session: LedgerSession) -> None:
@@ -194,8 +180,6 @@ class LedgerWriter:
             except BaseException as e:  # every waiting sender sees the error
                 for p in batch:
                     p.error = e
-                if any(p.posted for p in batch):
-                    self.failed = self.failed or e
             else:
                 for p, r in zip(batch, results, strict=True):
                     p.result = r

@@ -9,18 +9,28 @@ stays flat). Each of the pool's ``smtp.pool_size`` threads owns one reused relay
    the relay throttles);
 2. marks the edition ``sending`` in one compare-and-set that also checks the subscriber is still
    active and the claim still ours (suppression is checked at send time);
-3. hands the message to the relay and records ``sent`` in the ledger at once; a refusal is
-   turned into a step (retry after a backoff, slow down, re-send once, give up, suppress) by
-   :func:`newsletter.deliver.retry.next_step`, which holds every such rule; the pool applies it.
+3. hands the message to the relay (MAIL, RCPT, DATA) and, right before the final dot, takes
+   the pool's :class:`FinalDotGate`; it keeps it until the message's ``sent`` mark is committed
+   (or its ``unknown`` mark, when the line dropped after the dot; a refusal opens it at once).
+   One message of the pool at a time is thus past its final dot and not recorded: a kill
+   (SIGKILL, power loss) leaves at most one duplicate, whatever ``smtp.pool_size``. The cost:
+   the relay's reply to the dot and that commit are serialised across the connections (the
+   commit skips the group-commit wait); everything before the dot runs on all of them at once.
+   A refusal is turned into a step (retry after a backoff, slow down, re-send once, give up,
+   suppress) by :func:`newsletter.deliver.retry.next_step`, which holds every such rule; the
+   pool applies it.
 
 A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
-the whole pool: messages not yet handed over are given back to the ledger, nothing is marked
-sent, and the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts``
-replies in a row that did not come within ``smtp.timeout``.
+the whole pool: messages not yet handed over (those waiting at the gate included: no final dot
+is written once the pool is aborted) are given back to the ledger, nothing is marked sent, and
+the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts`` replies in a
+row that did not come within ``smtp.timeout`` (one stall at a time, as the gate is held while
+the reply is awaited).
 
 Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
 are recorded, the queued ones are given back; :attr:`StopRequest.at_once
-<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
+<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay, and
+the senders waiting at the gate give their messages back.
 
 The pool and the rate limiter share one ordering guarantee (each ``250`` recorded before its
 connection sends anything else, the claim's ``sending`` mark before the relay sees the
@@ -40,10 +50,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from newsletter.config import Config
-from newsletter.deliver.ledger import LedgerWriter, PendingWrite
+from newsletter.deliver.ledger import LedgerWriter
 from newsletter.deliver.message import Envelope
 from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, next_step
-from newsletter.deliver.smtp import Mailer, MailerFactory
+from newsletter.deliver.smtp import Mailer, MailerFactory, Withheld
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Outcome, Subscriber
 from newsletter.stopping import at_once
@@ -112,6 +122,48 @@ class RateLimiter:
         return 1.0 / self.interval if self.interval else None
 
 
+class FinalDotGate:
+    """One message of the whole pool at a time between its final dot and its committed mark.
+
+    A sender takes it (:meth:`enter`) right before it writes a message's final dot (the mailer's
+    ``before_final_dot``) and opens it (:meth:`leave`) once the relay refused the message, or the
+    message's outcome (``sent``, or ``unknown`` after a line lost past the dot) is committed in
+    the ledger. So a kill finds at most one message that the relay may have taken and the
+    ledger does not say so. The rate limit, ``begin``, MAIL, RCPT and DATA stay outside: the
+    other connections carry on with those.
+    """
+
+    def __init__(self, give_up: Callable[[], bool]) -> None:
+        self._lock = threading.Lock()
+        self._holder = threading.local()
+        self._give_up = give_up
+
+    @property
+    def held(self) -> bool:
+        """Whether the calling thread holds the gate."""
+        return bool(getattr(self._holder, "held", False))
+
+    def enter(self) -> bool:
+        """Wait for the gate; False, not taken, when ``give_up()`` is true (checked every 0.2 s
+        while waiting, and once taken): the message is then withheld."""
+        if self.held:
+            return True
+        while not self._lock.acquire(timeout=0.2):
+            if self._give_up():
+                return False
+        if self._give_up():
+            self._lock.release()
+            return False
+        self._holder.held = True
+        return True
+
+    def leave(self) -> None:
+        """Open the gate, if the calling thread holds it (so it may be called on any way out)."""
+        if self.held:
+            self._holder.held = False
+            self._lock.release()
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One claimed, built message waiting for a connection."""
@@ -159,9 +211,10 @@ class SendPool:
         """Set by a second signal: :meth:`close` stops waiting for the messages in flight."""
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
+        self.gate = FinalDotGate(lambda: self.abort.is_set() or self.at_once.is_set())
+        """Held from a final dot to its mark's commit; an aborted run writes no more final dots."""
         self.relay_error: str | None = None
         self._timeouts = 0
-        self._local = threading.local()
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
@@ -213,10 +266,7 @@ class SendPool:
                 th.join(0.1)
         if self.at_once.is_set():
             self.abort.set()
-        try:
-            self.ledger.close()
-        except BaseException as e:
-            self.crash = self.crash or e
+        self.ledger.close()
         while True:  # senders that died left jobs behind: give them back
             try:
                 job = self._queue.get_nowait()
@@ -256,12 +306,7 @@ class SendPool:
                             continue
                 self._handle(mailer, job)
         finally:
-            # The last 250 on this connection is recorded before the connection says anything
-            # more (QUIT): a kill now cannot re-send a message whose 250 came back.
-            unrecorded: PendingWrite | None = getattr(self._local, "unrecorded", None)
-            if unrecorded is not None:
-                self.ledger.wait(unrecorded)
-            if mailer is not None:
+            if mailer is not None:  # each outcome is committed already (see _send)
                 mailer.close()
 
     def _handle(self, mailer: Mailer, job: Job) -> None:
@@ -343,50 +388,72 @@ class SendPool:
                 self._note(Outcome.ALREADY, job)
                 return
             try:
-                mailer.send(job.envelope)
-            except DeliveryError as e:
-                self._stalled(e)
-                step = next_step(
-                    Refusal.of(e),
-                    tries,
-                    self.rules,
-                    may_have_arrived=claim.may_have_arrived,
-                    aborted=self._aborted(),
-                    address=sub.email,
-                    rng=self.rng,
-                )
-                if not self._apply(step, job):
-                    return
-                tries = step.tries
-                continue
-            self._stalled(None)
-            # Not waited for here: the next transaction on this connection starts with a
-            # ``begin`` call, applied after this mark (in order, often in the same commit), and
-            # the connection's QUIT waits for it (see _run). A 250 that came back is always
-            # recorded before the connection sends anything else.
-            self._local.unrecorded = self.ledger.post(
-                LedgerOp(
-                    "mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids
-                )
+                step = self._send(mailer, job, tries)
+            except Withheld:  # the run was aborted before the final dot: the relay has nothing
+                self._release(job)
+                return
+            finally:
+                self.gate.leave()  # on every way out, a crash included
+            if step is None:
+                self._note(Outcome.SENT, job)
+                return
+            if not self._apply(step, job):
+                return
+            tries = step.tries
+
+    def _send(self, mailer: Mailer, job: Job, tries: Tries) -> Step | None:
+        """Hand ``job`` to the relay and commit what became of it: None once its ``sent`` mark is
+        committed, else the step after the refusal (its mark committed too).
+
+        The pool's :attr:`gate` is taken right before the final dot (the mailer waits for it),
+        so from there to the commit of the mark this is the only message of the pool: a kill
+        leaves at most one message the relay may have that the ledger does not call ``sent``
+        or ``unknown``. A clean refusal opens the gate as soon as it is read (the relay said
+        no); the caller opens it on every other way out. The mark, written holding the gate,
+        is committed without the group-commit wait (the other senders cannot join it).
+        """
+        claim, sub = job.claim, job.subscriber
+        try:
+            mailer.send(job.envelope, self.gate.enter)
+        except DeliveryError as e:
+            if not e.ambiguous:
+                self.gate.leave()
+            self._stalled(e)
+            step = next_step(
+                Refusal.of(e),
+                tries,
+                self.rules,
+                may_have_arrived=claim.may_have_arrived,
+                aborted=self._aborted(),
+                address=sub.email,
+                rng=self.rng,
             )
-            self._note(Outcome.SENT, job)
-            return
+            if step.mark is not None:
+                papers = job.paper_ids if step.mark_papers else ()
+                self.ledger.call(
+                    LedgerOp(
+                        "mark",
+                        claim.id,
+                        sub.id,
+                        status=step.mark,
+                        error=step.mark_error,
+                        paper_ids=papers,
+                    ),
+                    urgent=self.gate.held,
+                )
+            return step
+        self._stalled(None)
+        sent = EditionStatus.SENT
+        self.ledger.call(
+            LedgerOp("mark", claim.id, sub.id, status=sent, paper_ids=job.paper_ids),
+            urgent=self.gate.held,
+        )
+        return None
 
     def _apply(self, step: Step, job: Job) -> bool:
-        """Write ``step``'s mark, count it, and wait or slow down as it says; True to send again."""
+        """Count ``step`` (its mark is written: :meth:`_send`) and wait or slow down as it says;
+        True to send again."""
         claim, sub = job.claim, job.subscriber
-        if step.mark is not None:
-            papers = job.paper_ids if step.mark_papers else ()
-            self.ledger.call(
-                LedgerOp(
-                    "mark",
-                    claim.id,
-                    sub.id,
-                    status=step.mark,
-                    error=step.mark_error,
-                    paper_ids=papers,
-                )
-            )
         suppressed = step.permanent_failure and bool(
             self.ledger.call(
                 LedgerOp(

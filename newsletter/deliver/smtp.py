@@ -25,16 +25,30 @@ from newsletter.deliver.message import Envelope, wire_data
 from newsletter.deliver.retry import Refusal
 from newsletter.errors import DeliveryError, RelayError
 
+FinalDot = Callable[[], bool]
+"""Called right before a message's final dot is written; False withholds the message."""
+
 
 class Mailer(Protocol):
-    def send(self, envelope: Envelope) -> None:
-        """Hand the message to the relay; raises :class:`DeliveryError` or :class:`RelayError`."""
+    def send(self, envelope: Envelope, before_final_dot: FinalDot | None = None) -> None:
+        """Hand the message to the relay; raises :class:`DeliveryError` or :class:`RelayError`.
+
+        ``before_final_dot`` is called once the relay is ready for the message's data, right
+        before the data and its final dot are written (after it, the relay may have the
+        message). It may wait; when it returns False the message is withheld: the connection is
+        dropped without the final dot (the relay discards what it got) and :class:`Withheld`
+        is raised.
+        """
 
     def close(self) -> None:
         """Close the connection, if one is open."""
 
 
 MailerFactory = Callable[[], Mailer]
+
+
+class Withheld(Exception):
+    """The ``before_final_dot`` of :meth:`Mailer.send` withheld the message: it was not sent."""
 
 
 def _reply_text(resp: bytes | str) -> str:
@@ -247,17 +261,18 @@ class SmtpMailer:
         self._sent_on_conn = 0
         return conn
 
-    def send(self, envelope: Envelope) -> None:
-        """Hand the message to the relay on the open connection (opened first when needed)."""
+    def send(self, envelope: Envelope, before_final_dot: FinalDot | None = None) -> None:
+        """Hand the message to the relay on the open connection (opened first when needed);
+        ``before_final_dot`` as in :meth:`Mailer.send`."""
         try:
-            self._send_once(envelope)
+            self._send_once(envelope, before_final_dot)
         except _ClosedWhileIdle:
             # The relay closed a connection we had not used for a while (idle timeout): that is
             # not the message's fault. Reopen once and send; a second failure counts.
             self._drop()
-            self._send_once(envelope)
+            self._send_once(envelope, before_final_dot)
 
-    def _send_once(self, envelope: Envelope) -> None:
+    def _send_once(self, envelope: Envelope, before_final_dot: FinalDot | None) -> None:
         cap = self.smtp.messages_per_connection
         if self._conn is not None and cap and self._sent_on_conn >= cap:
             self.close()  # QUIT, then a fresh connection: some relays cap messages per session
@@ -281,7 +296,11 @@ class SmtpMailer:
                         stage="MAIL",
                     )
                 options.append("SMTPUTF8")
-            self._transact(conn, envelope.sender, wire_rcpt, options, wire_data(envelope))
+            data = wire_data(envelope)
+            self._transact(conn, envelope.sender, wire_rcpt, options, data, before_final_dot)
+        except Withheld:
+            self._drop()  # mid-DATA, no final dot: the relay discards the message
+            raise
         except InvalidAddress as e:
             raise DeliveryError(rcpt, str(e), code=None, temporary=False, stage="RCPT") from e
         except smtplib.SMTPRecipientsRefused as e:
@@ -309,8 +328,16 @@ class SmtpMailer:
         self._sent_on_conn += 1
 
     @staticmethod
-    def _transact(conn: _Tracking, sender: str, rcpt: str, options: list[str], data: bytes) -> None:
-        """MAIL, RCPT, DATA for one recipient; raises what ``smtplib.SMTP.sendmail`` raises.
+    def _transact(
+        conn: _Tracking,
+        sender: str,
+        rcpt: str,
+        options: list[str],
+        data: bytes,
+        before_final_dot: FinalDot | None = None,
+    ) -> None:
+        """MAIL, RCPT, DATA for one recipient; raises what ``smtplib.SMTP.sendmail`` raises
+        (and :class:`Withheld`, when ``before_final_dot`` returns False).
 
         Written out rather than ``sendmail``: the addresses are already in envelope form (no
         ``quoteaddr`` parsing) and ``data`` is already in wire form (see :func:`wire_data`).
@@ -371,6 +398,8 @@ class SmtpMailer:
         if code != 354:
             _abandon(conn, code)
             raise smtplib.SMTPDataError(code, resp)
+        if before_final_dot is not None and not before_final_dot():
+            raise Withheld
         conn.send(data + b".\r\n")
         conn.final_dot_sent = True
         code, resp = conn.getreply()

@@ -2,15 +2,16 @@
 
 Each connection's begin must be committed before its message goes out, so without waiting the
 writer commits them about one at a time. ``delivery.group_commit_wait`` lets a batch that holds
-a waiting begin wait for the other connections' begins. A spy counts the batches the real store
-applies (the writes themselves run on the real database).
+a waiting begin wait for the other connections' begins; an urgent call (the pool's gated
+``sent`` mark) never waits. A spy counts the batches the real store applies (the writes
+themselves run on the real database).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -103,27 +104,6 @@ def test_without_waiting_each_begin_is_its_own_commit(store: Store) -> None:
     assert spy.batches == [["begin"]] * 4
 
 
-def test_a_posted_mark_alone_does_not_wait(store: Store) -> None:
-    """Only a batch with a sender waiting on it lingers: a lone ``sent`` mark is committed at
-    once, long before the wait would end."""
-    spy = CountingStore(store)
-    (op,) = _claims(store, 1)
-    assert store.begin_send(op.edition_id, op.subscriber_id, OWNER, NOW) == "ok"
-    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=30.0)  # type: ignore[arg-type]
-    try:
-        started = time.monotonic()
-        pending = writer.post(
-            LedgerOp("mark", op.edition_id, op.subscriber_id, OWNER, EditionStatus.SENT)
-        )
-        writer.wait(pending)
-        assert time.monotonic() - started < 15  # not the 30 s wait
-    finally:
-        writer.close()
-    assert spy.batches == [["mark"]]
-    record = store.edition_for(op.subscriber_id, DAY)
-    assert record is not None and record.status is EditionStatus.SENT
-
-
 def test_stopping_the_writer_does_not_wait_out_the_linger(store: Store) -> None:
     spy = CountingStore(store)
     (op,) = _claims(store, 1)
@@ -138,3 +118,44 @@ def test_stopping_the_writer_does_not_wait_out_the_linger(store: Store) -> None:
     assert results == ["ok"]
     assert time.monotonic() - started < 15
     assert spy.batches == [["begin"]]
+
+
+def _in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    results: list[Any] = []
+    th = threading.Thread(target=lambda: results.append(call()), daemon=True)
+    th.start()
+    return th, results
+
+
+def test_an_urgent_call_alone_is_committed_without_waiting_for_the_others(store: Store) -> None:
+    """The pool's gated ``sent`` mark: the other senders cannot write while it waits, so its
+    batch must not wait for them. With a wait of ten minutes, a call that lingered would still
+    be waiting when the join gives up."""
+    spy = CountingStore(store)
+    (op,) = _claims(store, 1)
+    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
+    try:
+        th, results = _in_thread(lambda: writer.call(op, urgent=True))
+        th.join(60)
+        assert not th.is_alive(), "the urgent call waited for three more callers"
+    finally:
+        writer.close()
+    assert results == ["ok"]
+    assert spy.batches == [["begin"]]
+
+
+def test_an_urgent_call_ends_the_wait_of_the_batch_it_joins(store: Store) -> None:
+    spy = CountingStore(store)
+    first, second = _claims(store, 2)
+    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
+    try:
+        waiting, results = _in_thread(lambda: writer.call(first))
+        time.sleep(0.1)  # the begin is waiting for three more that never come
+        urgent, urgent_results = _in_thread(lambda: writer.call(second, urgent=True))
+        for th in (waiting, urgent):
+            th.join(60)
+            assert not th.is_alive(), "the batch kept waiting after the urgent call joined it"
+    finally:
+        writer.close()
+    assert results == urgent_results == ["ok"]
+    assert spy.batches == [["begin", "begin"]]  # one commit for both, at once

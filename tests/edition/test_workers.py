@@ -75,8 +75,8 @@ def workers_config(
 ) -> Path:
     data = base_config(db_url, smtp)
     data["smtp"]["timeout"] = 2
-    # one connection per worker: then at most one message is in flight when a worker is killed
-    # (with a pool of N connections, up to N may be accepted by the relay and not yet recorded)
+    # one connection per worker (any pool leaves at most one message accepted by the relay and
+    # not yet recorded when a worker is killed: the final-dot gate)
     data["smtp"]["pool_size"] = 1
     data["delivery"] = {"claim_lease": 3}
     data["workers"] = {
