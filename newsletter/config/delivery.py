@@ -115,6 +115,13 @@ class DeliverySettings(_Strict):
     process is gone (same host) is taken over at once; one from another host after this."""
     queue_size: int = Field(default=0, ge=0, le=10000)
     """Rendered messages waiting for a connection (0: twice ``smtp.pool_size``); bounds memory."""
+    crash_duplicates: Literal["one", "per_connection"] = "one"
+    """How many messages a crashed send may deliver twice (same Message-ID). ``one``: one
+    message of the whole pool at a time goes from its final dot to its committed outcome, so a
+    kill finds at most one the relay may have taken unrecorded; the relay's reply to the final
+    dot is then waited for one message at a time (a relay that takes 100 ms to answer caps a
+    send near 10 messages a second). ``per_connection``: the connections overlap there too, up
+    to ``smtp.pool_size`` duplicates per crash, for a distant relay."""
     group_commit_wait: float = Field(default=0.005, ge=0, le=0.1)
     """Seconds a connection's "sending" mark waits for the other connections' marks, to be
     committed with them in one transaction (0: each at once). Fewer commits per digest (a third

@@ -212,6 +212,8 @@ class SendPool:
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
         self.gate = FinalDotGate(lambda: self.abort.is_set() or self.at_once.is_set())
+        self.one_at_a_time = self.delivery.crash_duplicates == "one"
+        """Whether senders take :attr:`gate` (``delivery.crash_duplicates``)."""
         """Held from a final dot to its mark's commit; an aborted run writes no more final dots."""
         self.relay_error: str | None = None
         self._timeouts = 0
@@ -414,7 +416,7 @@ class SendPool:
         """
         claim, sub = job.claim, job.subscriber
         try:
-            mailer.send(job.envelope, self.gate.enter)
+            mailer.send(job.envelope, self.gate.enter if self.one_at_a_time else None)
         except DeliveryError as e:
             if not e.ambiguous:
                 self.gate.leave()

@@ -87,7 +87,7 @@ def pipelining(request: pytest.FixtureRequest) -> bool:
 
 
 def _send(
-    tmp_path: Path, watch: Watch, url: str, **smtp: Any
+    tmp_path: Path, watch: Watch, url: str, delivery: dict[str, Any] | None = None, **smtp: Any
 ) -> tuple[SendReport, FaultServer, list[EditionRecord]]:
     """Ten readers sent to by four connections through ``watch``: the report, the relay and
     the ledger rows at the end."""
@@ -100,6 +100,8 @@ def _send(
             web={"secret_key": "final-dot-gate-secret-0123456789ab"},
         )
         data["smtp"].update({"pool_size": POOL, "timeout": 120, **smtp})
+        if delivery:
+            data["delivery"] = {**data.get("delivery", {}), **delivery}
         config = load_config(write_config(tmp_path, data))
         store = Store(config.database_url)
         try:
@@ -141,3 +143,17 @@ def test_a_relay_stalled_past_the_final_dot_stops_the_run_with_no_other_final_do
     assert status.pop(stalled) is EditionStatus.UNKNOWN
     assert set(status.values()) <= {EditionStatus.DEFERRED}, status  # given back, or deleted
     assert watch.unsent == [1, 1]
+
+
+def test_per_connection_lets_the_connections_overlap_past_the_final_dot(
+    tmp_path: Path, db_url: str
+) -> None:
+    """``delivery.crash_duplicates: per_connection`` (for a distant relay) takes no gate: while
+    the held message waits for its answer, the other connections write their final dots."""
+    watch = Watch(db_url, pipelining=True)
+    report, relay, rows = _send(
+        tmp_path, watch, db_url, delivery={"crash_duplicates": "per_connection"}
+    )
+    assert report.sent == READERS
+    assert {r.status for r in rows} == {EditionStatus.SENT}
+    assert max(watch.unsent) > 1, "the connections still waited for each other"
