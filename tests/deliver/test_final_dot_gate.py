@@ -157,3 +157,4 @@ def test_per_connection_lets_the_connections_overlap_past_the_final_dot(
     assert report.sent == READERS
     assert {r.status for r in rows} == {EditionStatus.SENT}
     assert max(watch.unsent) > 1, "the connections still waited for each other"
+    assert sorted(relay.count_by_rcpt().values()) == [1] * READERS
