@@ -17,6 +17,7 @@ import re
 import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
+from typing import Any
 
 import markupsafe
 
@@ -152,6 +153,41 @@ def feedback_link(item: DigestItem, value: int) -> str:
         return f"{HOLE_MARK}{item.paper.id}{kind}"
     reader = READER.get()
     return "" if reader is None else reader.link(item.paper.id, kind)
+
+
+# ---------------------------------------------------------------------------- shared renderings
+# The marks of a reader's values while a message is rendered for every reader of its shape
+# (see newsletter.shared).
+
+READER_CODES = "envmu"
+"""A reader's own values in a shared rendering: address (``e``), name (``n``), view (``v``),
+manage (``m``) and unsubscribe (``u``) links; marked ``HOLE_MARK + "r" + code``."""
+
+DEFERRED: ContextVar[list[tuple[Callable[[str], str], str]] | None] = ContextVar(
+    "newsletter_render_deferred", default=None
+)
+"""While a shared rendering is made: the filter calls (wrap, url) whose input holds a reader's
+value, to be made per reader (marked ``HOLE_MARK + "d" + index + "x"``)."""
+MARKED = re.compile(rf"{HOLE_MARK}r([{READER_CODES}])")
+
+
+def reader_mark(code: str) -> str:
+    """What stands for a reader's value (:data:`READER_CODES`) while a shared rendering is made."""
+    return f"{HOLE_MARK}r{code}"
+
+
+def deferring(fn: Callable[..., str]) -> Callable[..., str]:
+    """A filter that, while a shared rendering is made, leaves a slot for a value holding a
+    reader's value (a wrapped footer line with the address, a link made safe)."""
+
+    def call(value: Any, *args: Any, **kwargs: Any) -> str:
+        pending = DEFERRED.get()
+        if pending is not None and isinstance(value, str) and HOLE_MARK in value:
+            pending.append((lambda v: fn(v, *args, **kwargs), value))
+            return f"{HOLE_MARK}d{len(pending) - 1}x"
+        return fn(value, *args, **kwargs)
+
+    return call
 
 
 def html_value(value: str) -> str:

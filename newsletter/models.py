@@ -396,3 +396,17 @@ class RunRecord:
 
 
 _MAY_HAVE_ARRIVED = frozenset({EditionStatus.SENDING, EditionStatus.UNKNOWN, EditionStatus.RESEND})
+
+
+class Slot:
+    """Where a reader's value goes in a message shared by several readers (their address, a
+    link): ``code`` names it among their values (:mod:`newsletter.shared`,
+    :mod:`newsletter.deliver.wire`)."""
+
+    __slots__ = ("code",)
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    def __repr__(self) -> str:
+        return f"Slot({self.code!r})"

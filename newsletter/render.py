@@ -58,6 +58,7 @@ from newsletter.fragments import (
     READER,
     Fragments,
     Reader,
+    deferring,
     feedback_link,
 )
 from newsletter.inline import (
@@ -170,8 +171,8 @@ def make_environment(
     env.filters["short_authors"] = _memo(short_authors)
     env.filters["excerpt"] = _memo(excerpt)
     env.filters["latex"] = to_text  # memoized itself: LaTeX in titles and abstracts as text
-    env.filters["wrap"] = _memo(wrap)
-    env.filters["url"] = _memo(safe_url)
+    env.filters["wrap"] = deferring(_memo(wrap))  # a line with the reader's address: per reader
+    env.filters["url"] = deferring(_memo(safe_url))
     env.globals["once"] = Fragments()
     env.globals["feedback"] = feedback_link
     env.filters["thousands"] = thousands
@@ -297,6 +298,8 @@ class Renderer:
         """The HTML template with its CSS inlined, or ``None`` (premailer per message)."""
         if inline_once:
             self.inlined = self._inline_once()
+        self.shares: bool | None = None
+        """Whether readers of one shape may share a rendering (:func:`newsletter.shared.shares`)."""
 
     def _inline_once(self) -> jinja2.Template | None:
         assert self.env.loader is not None

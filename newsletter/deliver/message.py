@@ -17,7 +17,7 @@ from email import policy
 from email.utils import format_datetime, parseaddr
 
 from newsletter.config import SenderSettings, Settings
-from newsletter.deliver.mime import DigestMessage, MimeWriter, header_address
+from newsletter.deliver.mime import DigestMessage, MimeWriter, assemble, header_address
 from newsletter.render import DigestLinks, RenderedDigest
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
@@ -91,28 +91,77 @@ def build_message(
     text then HTML, quoted-printable, CRLF. An IDN domain is written in its IDNA form; a
     non-ASCII local part is written as UTF-8 (RFC 6532) and the mailer sends it with SMTPUTF8.
     """
-    s = _sender_fields(settings.sender, settings.inbound.address)
-    data, dot_lines = MIME_WRITER.compose(
-        DigestMessage(
-            subject=rendered.subject,
+    m = _message(rendered.subject, rendered.text, rendered.html, settings, to_address, to_name)
+    data, dot_lines = MIME_WRITER.compose(m.fill(message_id, links, now))
+    # The recipient as stored: the mailer turns it into its envelope form (IDNA, SMTPUTF8).
+    return Envelope(m.from_address, to_address, data, message_id, crlf=True, dot_lines=dot_lines)
+
+
+def build_encoded_message(
+    subject: str,
+    text: bytes,
+    html: bytes,
+    dot_lines: bool,
+    *,
+    settings: Settings,
+    to_address: str,
+    to_name: str,
+    message_id: str,
+    links: DigestLinks,
+    now: datetime,
+) -> Envelope:
+    """:func:`build_message` for parts already encoded (the text part quoted-printable, the HTML
+    part 7bit: :mod:`newsletter.deliver.wire`): the same headers and bytes."""
+    m = _message(subject, "", "", settings, to_address, to_name)
+    data = assemble(m.fill(message_id, links, now), text, html, html_7bit=True)
+    return Envelope(m.from_address, to_address, data, message_id, crlf=True, dot_lines=dot_lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    subject: str
+    text: str
+    html: str
+    fields: _SenderFields
+    to_address: str
+    to_name: str
+
+    @property
+    def from_address(self) -> str:
+        return self.fields.from_address
+
+    def fill(self, message_id: str, links: DigestLinks, now: datetime) -> DigestMessage:
+        s = self.fields
+        return DigestMessage(
+            subject=self.subject,
             from_name=s.from_name,
             from_address=s.from_address,
-            to_name=to_name,
-            to_address=to_address,
+            to_name=self.to_name,
+            to_address=self.to_address,
             reply_to_name=s.reply_to_name,
             reply_to_address=s.reply_to_address,
-            date=format_datetime(now),
+            date=_date(now),
             message_id=message_id,
             list_id_name=s.list_id_name,
             list_id=s.list_id,
             unsubscribe_url=links.unsubscribe,
             unsubscribe_mailto=s.unsubscribe_mailto,
-            text=rendered.text,
-            html=rendered.html,
+            text=self.text,
+            html=self.html,
         )
-    )
-    # The recipient as stored: the mailer turns it into its envelope form (IDNA, SMTPUTF8).
-    return Envelope(s.from_address, to_address, data, message_id, crlf=True, dot_lines=dot_lines)
+
+
+def _message(
+    subject: str, text: str, html: str, settings: Settings, to_address: str, to_name: str
+) -> _Message:
+    fields = _sender_fields(settings.sender, settings.inbound.address)
+    return _Message(subject, text, html, fields, to_address, to_name)
+
+
+@functools.lru_cache(maxsize=8)
+def _date(now: datetime) -> str:
+    """The Date header's value: a run dates every message with its start."""
+    return format_datetime(now)
 
 
 @dataclass(frozen=True, slots=True)

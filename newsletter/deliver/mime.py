@@ -259,10 +259,14 @@ class QuotedPrintable:
         for line in paragraph.split("\n"):
             enc = cache.get(line)
             if enc is None:
-                enc = binascii.b2a_qp(line.encode("utf-8"), istext=True)
-                enc = cache[line] = enc.replace(b"=\n", b"=\r\n")
+                enc = cache[line] = qp_line(line)
             out.append(enc)
         return b"\r\n".join(out)
+
+
+def qp_line(line: str) -> bytes:
+    """One line (no line break in it) in UTF-8 quoted-printable, soft breaks as ``=`` CRLF."""
+    return binascii.b2a_qp(line.encode("utf-8"), istext=True).replace(b"=\n", b"=\r\n")
 
 
 # ---------------------------------------------------------------------------- the message
@@ -302,59 +306,63 @@ class MimeWriter:
 
     def compose(self, m: DigestMessage) -> tuple[bytes, bool]:
         """The message, and whether a line of it begins with ``.`` (only a body line can)."""
-        message_id = one_line(m.message_id).replace(" ", "")
-        boundary = "=_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
-        headers = [
-            _subject_header(m.subject),
-            _mailbox_header("From", m.from_name, m.from_address),
-            fold("To", mailbox(m.to_name, m.to_address)),
-        ]
-        if m.reply_to_address:
-            headers.append(_mailbox_header("Reply-To", m.reply_to_name, m.reply_to_address))
-        headers += [
-            f"Date: {one_line(m.date)}",
-            f"Message-ID: {message_id}",
-            _list_id_header(m.list_id_name, m.list_id),
-            fold(
-                "List-Unsubscribe",
-                [
-                    f"<{_url_safe(url)}>"
-                    for url in (m.unsubscribe_url, m.unsubscribe_mailto)
-                    if url is not None
-                ],
-                sep=", ",
-            ),
-            "List-Unsubscribe-Post: List-Unsubscribe=One-Click",
-            "Auto-Submitted: auto-generated",
-            "Precedence: bulk",
-            "X-Auto-Response-Suppress: OOF, AutoReply",
-            "MIME-Version: 1.0",
-            f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"',
-        ]
-        head = "\r\n".join(headers).encode("utf-8")  # ASCII but for a UTF-8 local part
-        sep = f"\r\n--{boundary}\r\n".encode("ascii")
         text, text_dots = self.qp.encode_flagged(m.text)
         seven_bit = as_7bit(m.html)
         if seven_bit is not None:
             html, html_dots = seven_bit
-            html_part = _PART % (b"html", b"7bit")
         else:
             html, html_dots = self.qp.encode_flagged(m.html)
-            html_part = _PART % (b"html", b"quoted-printable")
-        data = b"".join(
-            (
-                head,
-                b"\r\n\r\n",
-                f"--{boundary}\r\n".encode("ascii"),
-                _PART % (b"plain", b"quoted-printable"),
-                text,
-                sep,
-                html_part,
-                html,
-                f"\r\n--{boundary}--\r\n".encode("ascii"),
-            )
+        return assemble(m, text, html, html_7bit=seven_bit is not None), text_dots or html_dots
+
+
+def assemble(m: DigestMessage, text: bytes, html: bytes, *, html_7bit: bool) -> bytes:
+    """The message from its headers (``m``'s fields; its ``text`` and ``html`` are not read)
+    and its encoded parts: ``text`` in quoted-printable, ``html`` 7bit or quoted-printable."""
+    message_id = one_line(m.message_id).replace(" ", "")
+    boundary = "=_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
+    headers = [
+        _subject_header(m.subject),
+        _mailbox_header("From", m.from_name, m.from_address),
+        fold("To", mailbox(m.to_name, m.to_address)),
+    ]
+    if m.reply_to_address:
+        headers.append(_mailbox_header("Reply-To", m.reply_to_name, m.reply_to_address))
+    headers += [
+        f"Date: {one_line(m.date)}",
+        f"Message-ID: {message_id}",
+        _list_id_header(m.list_id_name, m.list_id),
+        fold(
+            "List-Unsubscribe",
+            [
+                f"<{_url_safe(url)}>"
+                for url in (m.unsubscribe_url, m.unsubscribe_mailto)
+                if url is not None
+            ],
+            sep=", ",
+        ),
+        "List-Unsubscribe-Post: List-Unsubscribe=One-Click",
+        "Auto-Submitted: auto-generated",
+        "Precedence: bulk",
+        "X-Auto-Response-Suppress: OOF, AutoReply",
+        "MIME-Version: 1.0",
+        f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"',
+    ]
+    head = "\r\n".join(headers).encode("utf-8")  # ASCII but for a UTF-8 local part
+    sep = f"\r\n--{boundary}\r\n".encode("ascii")
+    html_part = _PART % (b"html", b"7bit" if html_7bit else b"quoted-printable")
+    return b"".join(
+        (
+            head,
+            b"\r\n\r\n",
+            f"--{boundary}\r\n".encode("ascii"),
+            _PART % (b"plain", b"quoted-printable"),
+            text,
+            sep,
+            html_part,
+            html,
+            f"\r\n--{boundary}--\r\n".encode("ascii"),
         )
-        return data, text_dots or html_dots
+    )
 
 
 # Headers that repeat from message to message (the sender's, and a subject shared by every
@@ -393,7 +401,7 @@ def as_7bit(text: str) -> tuple[bytes, bool] | None:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.endswith("\n"):
         text += "\n"
-    if _longest_line_over(text, 998):
+    if longest_line_over(text, 998):
         return None
     dotted = text.startswith(".") or _DOT_LINE.search(text) is not None
     return text.replace("\n", "\r\n").encode("ascii"), dotted
@@ -403,7 +411,7 @@ _DOT_LINE = re.compile(r"\n\.")
 """A line that begins with a dot (a compiled search is twice as fast as ``"\n." in text``)."""
 
 
-def _longest_line_over(text: str, limit: int) -> bool:
+def longest_line_over(text: str, limit: int) -> bool:
     """Whether a line of ``text`` (LF line ends) is longer than ``limit`` characters.
 
     Jumps from line start to line start a window at a time (the last line break within
@@ -435,10 +443,12 @@ __all__ = [
     "DigestMessage",
     "MimeWriter",
     "QuotedPrintable",
+    "assemble",
     "encoded_words",
     "fold",
     "header_address",
     "one_line",
     "phrase",
+    "qp_line",
     "unstructured",
 ]

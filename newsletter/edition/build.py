@@ -9,7 +9,7 @@ message (:meth:`~EditionBuilder.envelope`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import date, datetime, timedelta
 
@@ -20,6 +20,8 @@ from newsletter.deliver import (
     build_message,
 )
 from newsletter.deliver.dkim import maybe_sign
+from newsletter.deliver.message import build_encoded_message
+from newsletter.deliver.wire import WireHtml, WireText
 from newsletter.feedback import VoteLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
@@ -27,6 +29,7 @@ from newsletter.rank.builder import build_ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
+from newsletter.shared import Shared, reader_values, render_shared, share_key
 from newsletter.store.protocol import SendStore
 from newsletter.tokens import Purpose
 
@@ -42,6 +45,10 @@ def day_ranker(
     papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
     return papers, build_ranker(config, store, papers, now, vectors=vectors)
 
+
+SHARED_SHAPES = 2048
+"""Shapes of shared messages a run keeps (each a few KB of its own: the sections' cards are
+shared between shapes, see :mod:`newsletter.deliver.wire`)."""
 
 HISTORY_MARGIN = timedelta(days=2)
 """How much earlier than its first paper's first sighting an edition may be dated: a reader's
@@ -82,6 +89,8 @@ class EditionBuilder:
         self.verp = Verp.from_settings(
             self.settings.bounces, self.tokens.secret, self.settings.sender.from_address
         )
+        self.shared = SharedMessages()
+        """Messages encoded once for the readers of one shape (see :meth:`message`)."""
 
     def digest(
         self,
@@ -125,6 +134,25 @@ class EditionBuilder:
             feedback=self.votes.for_digest(view),
         )
 
+    def message(self, digest: Digest, message_id: str) -> Envelope:
+        """The message for ``digest``, ready for the relay, as :meth:`render` and
+        :meth:`envelope` make it (the same bytes).
+
+        The second reader of a shape (the same sections, titles and date: the same topics, no
+        votes) has the message rendered and encoded once for every later one, with slots for
+        their own values (:mod:`newsletter.shared`, :mod:`newsletter.deliver.wire`); each
+        later reader's message is then a join. The first is rendered alone: most shapes of
+        a run with many topics have one reader, and sharing would only cost them.
+        """
+        links = self.links(digest.subscriber, digest.edition_date)
+        to = self.settings.smtp.dev_recipient or digest.subscriber.email
+        envelope = self.shared.envelope(
+            self.renderer, digest, links, to=to, message_id=message_id, now=self.now
+        )
+        if envelope is not None:
+            return self._sealed(digest, envelope)
+        return self.envelope(digest, self.renderer.render(digest, links), links, message_id)
+
     def render(self, digest: Digest) -> tuple[RenderedDigest, DigestLinks]:
         """The rendered digest and the links in it."""
         links = self.links(digest.subscriber, digest.edition_date)
@@ -145,8 +173,93 @@ class EditionBuilder:
             links=links,
             now=self.now,
         )
+        return self._sealed(digest, envelope)
+
+    def _sealed(self, digest: Digest, envelope: Envelope) -> Envelope:
+        """With a VERP sender when bounces are on, and DKIM-signed."""
         if self.verp is not None:  # bounces come back to a signed address (newsletter.bounces)
             envelope = replace(
                 envelope, sender=self.verp.sender(digest.subscriber.id, digest.edition_date)
             )
         return maybe_sign(self.signer, envelope)
+
+
+Shape = tuple[Shared, WireHtml, WireText]
+
+
+class SharedMessages:
+    """The run's shared messages by shape: made on a shape's second reader, bounded (the
+    oldest go first)."""
+
+    def __init__(self, max_shapes: int = SHARED_SHAPES) -> None:
+        self.max_shapes = max_shapes
+        self._seen: set[object] = set()
+        self._made: dict[object, Shape | None] = {}
+
+    def get(self, key: object, render: Callable[[], Shared | None]) -> Shape | None:
+        """The shape of ``key``: ``None`` for a key seen for the first time (render that reader
+        alone), or one that cannot be shared; made with ``render`` on the second sight."""
+        if key is None:
+            return None
+        try:
+            found = self._made.get(key, False)
+        except TypeError:  # unhashable: render alone
+            return None
+        if found is not False:
+            return found  # type: ignore[return-value]
+        if key not in self._seen:
+            if len(self._seen) > 200_000:
+                self._seen.clear()
+            self._seen.add(key)
+            return None
+        made = _encoded(render())
+        while len(self._made) >= self.max_shapes:
+            del self._made[next(iter(self._made))]
+        self._made[key] = made
+        return made
+
+    def envelope(
+        self,
+        renderer: Renderer,
+        digest: Digest,
+        links: DigestLinks,
+        *,
+        to: str,
+        message_id: str,
+        now: datetime,
+    ) -> Envelope | None:
+        """The reader's message from their shape's shared one (unsigned, no VERP), or ``None``:
+        render it alone (a shape seen for the first time, one that cannot be shared, or values
+        of theirs that do not fit the shared encoding)."""
+        key = share_key(renderer, digest, links)
+        shape = self.get(key, lambda: render_shared(renderer, digest, links))
+        if shape is None:
+            return None
+        shared, html, text = shape
+        html_values, text_values = reader_values(shared, digest, links)
+        body, plain = html.fill(html_values), text.fill(text_values)
+        if body is None or plain is None:
+            return None
+        return build_encoded_message(
+            renderer.subject(digest),
+            plain[0],
+            body[0],
+            plain[1] or body[1],
+            settings=renderer.settings,
+            to_address=to,
+            to_name=digest.subscriber.name,
+            message_id=message_id,
+            links=links,
+            now=now,
+        )
+
+
+def _encoded(shared: Shared | None) -> Shape | None:
+    """Both parts encoded; the rendering itself is dropped but for its deferred filter calls."""
+    if shared is None:
+        return None
+    html = WireHtml.build(shared.html.pieces)
+    text = WireText.build(shared.text.pieces)
+    if html is None or text is None:
+        return None
+    return shared.without_pieces(), html, text

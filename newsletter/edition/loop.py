@@ -181,13 +181,17 @@ class Applier:
                 )
             report.count(Outcome.EMPTY, address=sub.email)
             return
-        rendered, links = self.builder.render(digest)
-        if isinstance(intent, DryRun):
-            report.count(Outcome.DRY_RUN, address=sub.email, rendered=rendered)
-            return
-        envelope = self.builder.envelope(digest, rendered, links, intent.claim.message_id)
+        keep = None
+        if isinstance(intent, DryRun) or p.keep_rendered:
+            rendered, links = self.builder.render(digest)
+            if isinstance(intent, DryRun):
+                report.count(Outcome.DRY_RUN, address=sub.email, rendered=rendered)
+                return
+            envelope = self.builder.envelope(digest, rendered, links, intent.claim.message_id)
+            keep = rendered
+        else:  # readers of the same shape share one rendering (EditionBuilder.message)
+            envelope = self.builder.message(digest, intent.claim.message_id)
         papers = tuple(i.paper.id for i in digest.items)
-        keep = rendered if p.keep_rendered else None
         self.sender().submit(Job(intent.claim, sub, envelope, papers, keep))
         if self.progress is not None:
             self.progress(report)

@@ -386,9 +386,9 @@ def test_the_long_line_check_agrees_with_measuring_every_line(
 ) -> None:
     """The HTML goes 7bit only when no line passes 998 octets; the check jumps a window at a
     time instead of splitting the message into lines, and must say what splitting says."""
-    from newsletter.deliver.mime import _longest_line_over, as_7bit
+    from newsletter.deliver.mime import as_7bit, longest_line_over
 
     text = "\n".join(lines) + ("\n" if trailing else "")
     for limit in (0, 5, 80, 998):
-        assert _longest_line_over(text, limit) == (max(map(len, text.split("\n"))) > limit)
+        assert longest_line_over(text, limit) == (max(map(len, text.split("\n"))) > limit)
     assert (as_7bit(text) is None) == (max(map(len, text.split("\n"))) > 998)
