@@ -63,10 +63,11 @@ def owner_gone(owner: str) -> bool:
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
-    __slots__ = ("done", "error", "op", "result", "urgent")
+    __slots__ = ("done", "error", "op", "posted", "result", "urgent")
 
-    def __init__(self, op: LedgerOp, *, urgent: bool = False) -> None:
+    def __init__(self, op: LedgerOp, *, posted: bool = False, urgent: bool = False) -> None:
         self.op = op
+        self.posted = posted
         self.urgent = urgent
         """Committed without waiting for other writes to join its batch (see
         :meth:`LedgerWriter.call`)."""
@@ -79,17 +80,17 @@ class LedgerWriter:
     """One thread that applies the senders' ledger writes, as many per transaction as are waiting.
 
     A sender blocks in :meth:`call` until its write is committed, so "marked ``sending`` before
-    the relay sees the message" and "recorded ``sent`` before anything else happens on that
+    the relay sees the message" and "recorded ``sent`` before the next message on that
     connection" both hold; batching only merges the commits of senders that are waiting at the
     same moment (group commit). On SQLite this also keeps the database to two writers (this
     thread and the claiming one) instead of one per connection.
 
     ``callers`` is how many senders call (the pool's connections); with ``linger`` > 0 a batch
-    waits up to ``linger`` seconds for the other senders' calls to join it (as Kafka's
-    ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then carries
-    the begins of about 4 digests instead of about 1. An ``urgent`` call is never kept waiting:
-    its batch is committed at once (the pool's gated ``sent`` mark: the other senders cannot
-    join while it waits, see :mod:`.pool`).
+    holding a waiting call waits up to ``linger`` seconds for the other senders' calls to join it
+    (as Kafka's ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then
+    carries the begins of about 4 digests instead of about 1. An ``urgent`` call is never kept
+    waiting: its batch is committed at once (the pool's gated ``sent`` mark: the other senders
+    cannot join while it waits, see :mod:`.pool`).
     """
 
     def __init__(
@@ -107,6 +108,8 @@ class LedgerWriter:
         self.callers = callers
         self.linger = linger
         self._queue: queue.SimpleQueue[PendingWrite | None] = queue.SimpleQueue()
+        self.failed: BaseException | None = None
+        """The error of a posted write nobody waited for; raised by the next call."""
         self._session: LedgerSession = store.ledger_session()
         """Used on the writer thread only (the SQL store's opens its connections there)."""
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
@@ -120,14 +123,33 @@ class LedgerWriter:
         pending = PendingWrite(op, urgent=urgent)
         self._queue.put(pending)
         pending.done.wait()
+        self._raise_failed()
         if pending.error is not None:
             raise pending.error
         return pending.result
 
+    def post(self, op: LedgerOp) -> PendingWrite:
+        """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
+        :meth:`call` (its next ``begin``) returns only after this one is committed too; before
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
+        self._raise_failed()
+        pending = PendingWrite(op, posted=True)
+        self._queue.put(pending)
+        return pending
+
+    def wait(self, pending: PendingWrite) -> None:
+        """Return once a posted write is committed (or failed: :meth:`close` raises that)."""
+        pending.done.wait()
+
     def close(self) -> None:
-        """Commit what is queued and stop the writer (each write's error goes to its caller)."""
+        """Commit what is queued and stop the writer; raises the error of a write that failed."""
         self._queue.put(None)
         self._thread.join()
+        self._raise_failed()
+
+    def _raise_failed(self) -> None:
+        if self.failed is not None:
+            raise self.failed
 
     def _run(self) -> None:
         try:
@@ -139,10 +161,11 @@ class LedgerWriter:
         """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
         (while fewer than :attr:`callers` are waiting in it, and none is urgent); True when the
         writer was told to stop meanwhile."""
-        if any(p.urgent for p in batch):
+        waiting = sum(not p.posted for p in batch)
+        if waiting == 0 or any(p.urgent for p in batch):
             return False
         deadline = time.monotonic() + self.linger
-        while len(batch) < min(self.callers, self.max_batch):
+        while waiting < self.callers and len(batch) < self.max_batch:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -155,6 +178,7 @@ class LedgerWriter:
             batch.append(nxt)
             if nxt.urgent:
                 return False
+            waiting += not nxt.posted
         return False
 
     def _loop(self, session: LedgerSession) -> None:
@@ -180,6 +204,8 @@ class LedgerWriter:
             except BaseException as e:  # every waiting sender sees the error
                 for p in batch:
                     p.error = e
+                if any(p.posted for p in batch):
+                    self.failed = self.failed or e
             else:
                 for p, r in zip(batch, results, strict=True):
                     p.result = r

@@ -268,7 +268,10 @@ class SendPool:
                 th.join(0.1)
         if self.at_once.is_set():
             self.abort.set()
-        self.ledger.close()
+        try:
+            self.ledger.close()
+        except BaseException as e:
+            self.crash = self.crash or e
         while True:  # senders that died left jobs behind: give them back
             try:
                 job = self._queue.get_nowait()

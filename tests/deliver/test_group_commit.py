@@ -104,6 +104,27 @@ def test_without_waiting_each_begin_is_its_own_commit(store: Store) -> None:
     assert spy.batches == [["begin"]] * 4
 
 
+def test_a_posted_mark_alone_does_not_wait(store: Store) -> None:
+    """Only a batch with a sender waiting on it lingers: a lone ``sent`` mark is committed at
+    once, long before the wait would end."""
+    spy = CountingStore(store)
+    (op,) = _claims(store, 1)
+    assert store.begin_send(op.edition_id, op.subscriber_id, OWNER, NOW) == "ok"
+    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=30.0)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        pending = writer.post(
+            LedgerOp("mark", op.edition_id, op.subscriber_id, OWNER, EditionStatus.SENT)
+        )
+        writer.wait(pending)
+        assert time.monotonic() - started < 15  # not the 30 s wait
+    finally:
+        writer.close()
+    assert spy.batches == [["mark"]]
+    record = store.edition_for(op.subscriber_id, DAY)
+    assert record is not None and record.status is EditionStatus.SENT
+
+
 def test_stopping_the_writer_does_not_wait_out_the_linger(store: Store) -> None:
     spy = CountingStore(store)
     (op,) = _claims(store, 1)
