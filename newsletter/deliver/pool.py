@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from newsletter.config import Config
-from newsletter.deliver.ledger import LedgerWriter
+from newsletter.deliver.ledger import LedgerWriter, PendingWrite
 from newsletter.deliver.message import Envelope
 from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, next_step
 from newsletter.deliver.smtp import Mailer, MailerFactory, Withheld
@@ -217,6 +217,8 @@ class SendPool:
         """Held from a final dot to its mark's commit; an aborted run writes no more final dots."""
         self.relay_error: str | None = None
         self._timeouts = 0
+        self._local = threading.local()
+        """Per sender: its last posted ``sent`` mark (``crash_duplicates: per_connection``)."""
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
@@ -311,7 +313,13 @@ class SendPool:
                             continue
                 self._handle(mailer, job)
         finally:
-            if mailer is not None:  # each outcome is committed already (see _send)
+            # Without the gate, the last 250 on this connection is recorded before the
+            # connection says anything more (QUIT): a kill now cannot re-send a message whose
+            # 250 came back. With it, each outcome is committed already (see _send).
+            unrecorded: PendingWrite | None = getattr(self._local, "unrecorded", None)
+            if unrecorded is not None:
+                self.ledger.wait(unrecorded)
+            if mailer is not None:
                 mailer.close()
 
     def _handle(self, mailer: Mailer, job: Job) -> None:
@@ -448,11 +456,16 @@ class SendPool:
                 )
             return step
         self._stalled(None)
-        sent = EditionStatus.SENT
-        self.ledger.call(
-            LedgerOp("mark", claim.id, sub.id, status=sent, paper_ids=job.paper_ids),
-            urgent=self.gate.held,
+        mark = LedgerOp(
+            "mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids
         )
+        if self.gate.held:
+            self.ledger.call(mark, urgent=True)
+        else:
+            # crash_duplicates: per_connection. Not waited for here: the next transaction on
+            # this connection starts with a ``begin`` call, applied after this mark (in order,
+            # often in the same commit), and the connection's QUIT waits for it (see _run).
+            self._local.unrecorded = self.ledger.post(mark)
         return None
 
     def _apply(self, step: Step, job: Job) -> bool:
