@@ -63,14 +63,23 @@ def owner_gone(owner: str) -> bool:
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
-    __slots__ = ("done", "error", "op", "posted", "result", "urgent")
+    __slots__ = ("done", "error", "op", "posted", "result", "then", "urgent")
 
-    def __init__(self, op: LedgerOp, *, posted: bool = False, urgent: bool = False) -> None:
+    def __init__(
+        self,
+        op: LedgerOp,
+        *,
+        posted: bool = False,
+        urgent: bool = False,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         self.op = op
         self.posted = posted
         self.urgent = urgent
         """Committed without waiting for other writes to join its batch (see
         :meth:`LedgerWriter.call`)."""
+        self.then = then
+        """Called on the writer thread once the write is committed (or failed)."""
         self.done = threading.Event()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
@@ -128,12 +137,16 @@ class LedgerWriter:
             raise pending.error
         return pending.result
 
-    def post(self, op: LedgerOp) -> PendingWrite:
+    def post(
+        self, op: LedgerOp, *, urgent: bool = False, then: Callable[[], None] | None = None
+    ) -> PendingWrite:
         """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
         :meth:`call` (its next ``begin``) returns only after this one is committed too; before
-        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`).
+        ``then`` is called on the writer thread once it is committed (or failed): the pool
+        opens its final-dot gate there."""
         self._raise_failed()
-        pending = PendingWrite(op, posted=True)
+        pending = PendingWrite(op, posted=True, urgent=urgent, then=then)
         self._queue.put(pending)
         return pending
 
@@ -212,3 +225,5 @@ class LedgerWriter:
             finally:
                 for p in batch:
                     p.done.set()
+                    if p.then is not None:
+                        p.then()

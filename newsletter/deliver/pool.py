@@ -163,6 +163,21 @@ class FinalDotGate:
             self._holder.held = False
             self._lock.release()
 
+    def pass_on(self) -> Callable[[], None]:
+        """Hand the held gate over to whoever commits the message's outcome: the calling
+        thread no longer holds it (it may go on with its next transaction, up to that
+        message's final dot), and the returned function opens it, once."""
+        assert self.held
+        self._holder.held = False
+        opened = threading.Event()
+
+        def open_gate() -> None:
+            if not opened.is_set():
+                opened.set()
+                self._lock.release()
+
+        return open_gate
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -459,12 +474,21 @@ class SendPool:
         mark = LedgerOp(
             "mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids
         )
+        # Not waited for here: the next transaction on this connection starts with a ``begin``
+        # call, applied after this mark (in order, often in the same commit), and the
+        # connection's QUIT waits for it (see _run). Holding the gate, the mark is committed at
+        # once and the writer opens the gate after the commit: no other final dot goes out
+        # before this 250 is recorded, while this connection starts its next message.
         if self.gate.held:
-            self.ledger.call(mark, urgent=True)
-        else:
-            # crash_duplicates: per_connection. Not waited for here: the next transaction on
-            # this connection starts with a ``begin`` call, applied after this mark (in order,
-            # often in the same commit), and the connection's QUIT waits for it (see _run).
+            open_gate = self.gate.pass_on()
+
+            def committed() -> None:
+                if self.ledger.failed is not None:  # not recorded: no other final dot may go
+                    self.abort.set()
+                open_gate()
+
+            self._local.unrecorded = self.ledger.post(mark, urgent=True, then=committed)
+        else:  # crash_duplicates: per_connection
             self._local.unrecorded = self.ledger.post(mark)
         return None
 

@@ -180,3 +180,28 @@ def test_an_urgent_call_ends_the_wait_of_the_batch_it_joins(store: Store) -> Non
         writer.close()
     assert results == urgent_results == ["ok"]
     assert spy.batches == [["begin", "begin"]]  # one commit for both, at once
+
+
+def test_a_gated_mark_opens_the_gate_on_the_writer_thread_once_committed(store: Store) -> None:
+    """The pool hands its final-dot gate to the writer with the ``sent`` mark: the gate opens
+    only after the commit, on the writer thread, while the sender is free to go on."""
+    spy = CountingStore(store)
+    (op,) = _claims(store, 1)
+    assert store.begin_send(op.edition_id, op.subscriber_id, OWNER, NOW) == "ok"
+    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
+    seen: list[tuple[str, EditionStatus | None]] = []
+
+    def opened() -> None:
+        record = store.edition_for(op.subscriber_id, DAY)
+        seen.append((threading.current_thread().name, record and record.status))
+
+    try:
+        pending = writer.post(
+            LedgerOp("mark", op.edition_id, op.subscriber_id, OWNER, EditionStatus.SENT),
+            urgent=True,
+            then=opened,
+        )
+        assert pending.done.wait(60), "the urgent mark waited for three more callers"
+    finally:
+        writer.close()
+    assert seen == [("ledger-writer", EditionStatus.SENT)]
