@@ -6,7 +6,9 @@ afterwards) is seeded as :mod:`bench.bench_scale` seeds it (2,000 papers first s
 five days, 40 topics, each subscriber following 1-3), then the real command line runs in a
 subprocess: ``newsletter --config FILE send --now``, SMTP pool of 4, into an aiosmtpd sink in a
 process of its own (:mod:`bench.smtp_counter`; ``NEWSLETTER_BENCH_SINK=counter`` for the bare
-counting sink).
+counting sink). ``NEWSLETTER_BENCH_CRASH_DUPLICATES=per_connection`` sets
+``delivery.crash_duplicates`` for this code's sends (not the baseline's): the final-dot gate's
+cost.
 
 The limit, in the same run, right after each backend's send: raw ``smtplib`` ``sendmail`` of a
 typical digest of that send (the received message whose size is closest to the median, read back
@@ -416,6 +418,9 @@ def write_config(path: Path, db: Database, port: int, topics: list[dict[str, Any
 
     data = config_data(db.url, port, topics)
     data["smtp"]["pool_size"] = POOL
+    duplicates = os.environ.get("NEWSLETTER_BENCH_CRASH_DUPLICATES")
+    if duplicates:  # one (the default) | per_connection: the final-dot gate's cost
+        data.setdefault("delivery", {})["crash_duplicates"] = duplicates
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -552,6 +557,9 @@ RANK = "rank (Ranker, the subscriber's sections)"
 RENDER = "render (HTML and text)"
 LINKS = "links and tokens (unsubscribe, manage, view, feedback)"
 MIME = "MIME and DKIM (build the message, VERP, sign)"
+SHARED = (
+    "shared messages (render and MIME of the readers of a shape made once, each reader's a join)"
+)
 SMTP = "SMTP hand-off (SmtpMailer)"
 POOL_GLUE = "sender threads, rest: queue, rate limit, outcome"
 LOOP = "send loop, per-run set-up (edition)"
@@ -559,7 +567,21 @@ IMPORTS = "start-up: imports"
 CLI = "CLI, rest: config, schema check, run record, report"
 OTHER = "other threads"
 
-GROUPS = (LEDGER, STORE, RANK, RENDER, LINKS, MIME, SMTP, POOL_GLUE, LOOP, IMPORTS, CLI, OTHER)
+GROUPS = (
+    LEDGER,
+    STORE,
+    RANK,
+    RENDER,
+    LINKS,
+    MIME,
+    SHARED,
+    SMTP,
+    POOL_GLUE,
+    LOOP,
+    IMPORTS,
+    CLI,
+    OTHER,
+)
 """The groups of the breakdown, in table order."""
 
 STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -577,6 +599,7 @@ STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("newsletter.render:Renderer.__init__",), RENDER),
     (("newsletter.render:Renderer.render",), RENDER),
     (("newsletter.edition:EditionBuilder.envelope",), MIME),
+    (("newsletter.edition.build:SharedMessages.envelope",), SHARED),
     (("newsletter.deliver.smtp:SmtpMailer.send", "newsletter.deliver:SmtpMailer.send"), SMTP),
     (("newsletter.deliver.smtp:SmtpMailer.connect", "newsletter.deliver:SmtpMailer.connect"), SMTP),
     (("newsletter.deliver.smtp:SmtpMailer.close", "newsletter.deliver:SmtpMailer.close"), SMTP),
