@@ -34,7 +34,22 @@ _QP_LINE = functools.lru_cache(maxsize=16384)(qp_line)
 _ENCODED: dict[str, bytes] = {}
 """Static HTML pieces as encoded, shared by the shapes that hold them: the pieces between two
 more/less links are a section's cards, the same in every shape with that section."""
-_ENCODED_MAX = 100_000
+_ENCODED_BYTES = 8_000_000
+"""Bytes of pieces the table keeps (it starts afresh beyond; the shapes keep theirs)."""
+_encoded_bytes = 0
+
+
+def _encoded(piece: str) -> bytes:
+    """``piece`` with CRLF line ends as ASCII bytes, one object for every shape that has it."""
+    global _encoded_bytes
+    found = _ENCODED.get(piece)
+    if found is None:
+        if _encoded_bytes > _ENCODED_BYTES:
+            _ENCODED.clear()
+            _encoded_bytes = 0
+        found = _ENCODED[piece] = piece.replace("\n", "\r\n").encode("ascii")
+        _encoded_bytes += len(found)
+    return found
 
 
 Pieces = Sequence[str | Slot]
@@ -96,12 +111,7 @@ class WireHtml:
             if not piece.isascii() or "\r" in piece:
                 return None
             size += len(piece)
-            encoded = _ENCODED.get(piece)
-            if encoded is None:
-                if len(_ENCODED) >= _ENCODED_MAX:
-                    _ENCODED.clear()
-                encoded = _ENCODED[piece] = piece.replace("\n", "\r\n").encode("ascii")
-            segments.append(encoded)
+            segments.append(_encoded(piece))
             first = piece.find("\n")
             # A dot after nothing but slots may begin the line (a reader's value may be empty).
             if static == 0 and piece.startswith("."):

@@ -46,7 +46,7 @@ def day_ranker(
     return papers, build_ranker(config, store, papers, now, vectors=vectors)
 
 
-SHARED_SHAPES = 2048
+SHARED_SHAPES = 1024
 """Shapes of shared messages a run keeps (each a few KB of its own: the sections' cards are
 shared between shapes, see :mod:`newsletter.deliver.wire`)."""
 
