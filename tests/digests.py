@@ -7,6 +7,7 @@ subscribers get. ``hostile_paper`` carries the feed text a renderer must keep as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, date, datetime
 from email.message import EmailMessage
@@ -227,3 +228,41 @@ def email_message_bytes(
     msg.set_content(rendered.text, cte="quoted-printable")
     msg.add_alternative(rendered.html, subtype="html", cte="quoted-printable")
     return msg.as_bytes(policy=WIRE_POLICY)
+
+
+# ---------------------------------------------------------------------------- readers sharing one
+
+
+def links_of_kind(sid: int, kind: str, base_url: str = "https://papers.example.org") -> DigestLinks:
+    """Reader ``sid``'s links of one kind: ``votes`` (one token per digest), ``no-view`` (a
+    preview: the text part carries the more/less links), ``by-mail`` (manage and unsubscribe
+    mail fresh links), ``none`` (no feedback), ``web`` (the archive page: no manage or
+    unsubscribe link), else per-paper tokens, as mailed before."""
+    from newsletter.feedback import VoteLinks
+
+    mine = links(sid)
+    votes = VoteLinks(base_url).for_digest(f"tok{sid}.abc.def")
+    if kind == "votes":
+        return dataclasses.replace(mine, feedback=votes)
+    if kind == "no-view":
+        return dataclasses.replace(mine, view=None, feedback=votes)
+    if kind == "by-mail":
+        ask = f"{base_url}/archive/view/t{sid}/links"
+        return dataclasses.replace(mine, manage=ask, unsubscribe=ask, by_mail=True, feedback=votes)
+    if kind == "none":
+        return dataclasses.replace(mine, feedback=None)
+    if kind == "web":
+        return DigestLinks(unsubscribe="", manage="")
+    return mine
+
+
+def reader_digests(sid: int, email: str, name: str) -> list[Digest]:
+    """Four digests of one reader: seven papers a topic, two (others), none, hostile text."""
+    sub = subscriber(sid, email, name)
+    every = papers()
+    return [
+        digest(every, per_topic=7, sub=sub),
+        digest(every, per_topic=2, offset=5, sub=sub),
+        empty_digest(sub),
+        dataclasses.replace(hostile_digest(), subscriber=sub),
+    ]

@@ -5,11 +5,8 @@ byte-equal to their digest rendered alone, by a renderer that has seen no other 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from newsletter.feedback import VoteLinks
 from newsletter.fragments import HOLE_MARK
 from newsletter.models import Digest
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
@@ -37,30 +34,11 @@ def section_fragments(renderer: Renderer) -> list[object]:
 
 
 def links_for(sid: int, kind: str) -> DigestLinks:
-    base = D.links(sid)
-    votes = VoteLinks(BASE).for_digest(f"tok{sid}.abc.def")
-    if kind == "votes":
-        return dataclasses.replace(base, feedback=votes)
-    if kind == "no-view":
-        return dataclasses.replace(base, view=None, feedback=votes)
-    if kind == "by-mail":
-        ask = f"{BASE}/archive/view/t{sid}/links"
-        return dataclasses.replace(base, manage=ask, unsubscribe=ask, by_mail=True)
-    if kind == "none":
-        return dataclasses.replace(base, feedback=None)
-    if kind == "web":  # the archive page: no manage or unsubscribe link at all
-        return DigestLinks(unsubscribe="", manage="")
-    return base  # per-paper tokens, as mailed before
+    return D.links_of_kind(sid, kind, BASE)
 
 
 def digests(sid: int, email: str, name: str) -> list[Digest]:
-    sub = D.subscriber(sid, email, name)
-    return [
-        D.digest(PAPERS, per_topic=7, sub=sub),
-        D.digest(PAPERS, per_topic=2, offset=5, sub=sub),
-        D.empty_digest(sub),
-        dataclasses.replace(D.hostile_digest(), subscriber=sub),
-    ]
+    return D.reader_digests(sid, email, name)
 
 
 @pytest.mark.parametrize("kind", ["votes", "no-view", "by-mail", "none", "web", "tokens"])

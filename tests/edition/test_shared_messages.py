@@ -5,14 +5,12 @@ byte-equal to their message rendered alone, for every kind of links a digest can
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 
 import pytest
 
 from newsletter.deliver import build_message
 from newsletter.edition.build import SharedMessages
-from newsletter.feedback import VoteLinks
 from newsletter.models import Digest
 from newsletter.render import DigestLinks, Renderer
 from newsletter.shared import share_key
@@ -31,28 +29,11 @@ READERS = [
 
 
 def links_for(sid: int, kind: str) -> DigestLinks:
-    base = D.links(sid)
-    votes = VoteLinks(BASE).for_digest(f"tok{sid}.abc.def")
-    if kind == "votes":
-        return dataclasses.replace(base, feedback=votes)
-    if kind == "no-view":  # a preview: the text part carries the more/less links too
-        return dataclasses.replace(base, view=None, feedback=votes)
-    if kind == "by-mail":
-        ask = f"{BASE}/archive/view/t{sid}/links"
-        return dataclasses.replace(base, manage=ask, unsubscribe=ask, by_mail=True, feedback=votes)
-    if kind == "none":
-        return dataclasses.replace(base, feedback=None)
-    return base  # per-paper tokens, as mailed before: never shared
+    return D.links_of_kind(sid, kind, BASE)
 
 
 def digests(sid: int, email: str, name: str) -> list[Digest]:
-    sub = D.subscriber(sid, email, name)
-    return [
-        D.digest(PAPERS, per_topic=7, sub=sub),
-        D.digest(PAPERS, per_topic=2, offset=5, sub=sub),
-        D.empty_digest(sub),
-        dataclasses.replace(D.hostile_digest(), subscriber=sub),
-    ]
+    return D.reader_digests(sid, email, name)
 
 
 def alone(renderer: Renderer, digest: Digest, links: DigestLinks, mid: str) -> bytes:
