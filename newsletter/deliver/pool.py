@@ -137,6 +137,13 @@ class FinalDotGate:
         self._lock = threading.Lock()
         self._holder = threading.local()
         self._give_up = give_up
+        self.taken = 0
+        """Messages that went through the gate."""
+        self.held_for = 0.0
+        """Seconds it was shut, all messages together."""
+        self.first: float | None = None
+        """When it was first taken (``time.monotonic``)."""
+        self._since = 0.0
 
     @property
     def held(self) -> bool:
@@ -155,13 +162,20 @@ class FinalDotGate:
             self._lock.release()
             return False
         self._holder.held = True
+        self._since = time.monotonic()  # written holding the gate: one sender at a time
+        self.first = self.first or self._since
+        self.taken += 1
         return True
 
     def leave(self) -> None:
         """Open the gate, if the calling thread holds it (so it may be called on any way out)."""
         if self.held:
             self._holder.held = False
-            self._lock.release()
+            self._open()
+
+    def _open(self) -> None:
+        self.held_for += time.monotonic() - self._since
+        self._lock.release()
 
     def pass_on(self) -> Callable[[], None]:
         """Hand the held gate over to whoever commits the message's outcome: the calling
@@ -174,9 +188,15 @@ class FinalDotGate:
         def open_gate() -> None:
             if not opened.is_set():
                 opened.set()
-                self._lock.release()
+                self._open()
 
         return open_gate
+
+
+GATE_HINT_MESSAGES = 1000
+"""Messages through the final-dot gate before a run may say it held the senders back."""
+GATE_HINT_SHARE = 0.75
+"""Share of the run (from the gate's first use) the gate was shut that makes it say so."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +303,7 @@ class SendPool:
         for th in self._threads:
             while th.is_alive() and not self.at_once.is_set():
                 th.join(0.1)
+        self._gate_hint()
         if self.at_once.is_set():
             self.abort.set()
         try:
@@ -298,6 +319,26 @@ class SendPool:
                 self._release(job)
         if self.crash is not None:
             raise self.crash
+
+    def _gate_hint(self) -> None:
+        """Say so when the final-dot gate held the senders back most of the run: the relay is
+        slow to answer the final dot, and ``crash_duplicates: per_connection`` would overlap."""
+        gate = self.gate
+        if not self.one_at_a_time or gate.taken < GATE_HINT_MESSAGES or gate.first is None:
+            return
+        elapsed = time.monotonic() - gate.first
+        if elapsed <= 0 or gate.held_for / elapsed < GATE_HINT_SHARE:
+            return
+        log.warning(
+            "one message at a time went from its final dot to its recorded answer %.0f%% of "
+            "the time (%d messages): the relay's answer to the final dot set the pace, not the "
+            "%d connections. That keeps a crash to one duplicate; with a relay slow to answer, "
+            "delivery.crash_duplicates: per_connection sends faster (a crash may then leave "
+            "one duplicate per connection)",
+            100 * gate.held_for / elapsed,
+            gate.taken,
+            len(self._threads),
+        )
 
     def _aborted(self) -> bool:
         return self.abort.is_set() or self.stop.is_set()

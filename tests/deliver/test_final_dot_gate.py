@@ -158,3 +158,33 @@ def test_per_connection_lets_the_connections_overlap_past_the_final_dot(
     assert {r.status for r in rows} == {EditionStatus.SENT}
     assert max(watch.unsent) > 1, "the connections still waited for each other"
     assert sorted(relay.count_by_rcpt().values()) == [1] * READERS
+
+
+class Slow(Watch):
+    """A relay that takes 80 ms to answer each final dot (as a distant one would)."""
+
+    async def handle_DATA(self, server: SMTP, session: Any, envelope: Any) -> str:
+        await asyncio.sleep(0.08)
+        return await FaultHandler.handle_DATA(self, server, session, envelope)
+
+
+@pytest.mark.parametrize("mode", ["one", "per_connection"])
+def test_a_run_held_back_by_the_gate_says_what_to_change(
+    tmp_path: Path, db_url: str, mode: str, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    """The gate costs speed with a relay slow to answer the final dot: a run whose connections
+    mostly waited for one another there says so, and names the setting; without the gate it
+    has nothing to say."""
+    from newsletter.deliver import pool
+
+    monkeypatch.setattr(pool, "GATE_HINT_MESSAGES", 5)
+    caplog.set_level("WARNING", logger="newsletter.deliver.pool")
+    report, _, rows = _send(
+        tmp_path, Slow(db_url, pipelining=True), db_url, delivery={"crash_duplicates": mode}
+    )
+    assert report.sent == READERS and {r.status for r in rows} == {EditionStatus.SENT}
+    hints = [r.getMessage() for r in caplog.records if "final dot" in r.getMessage()]
+    if mode == "one":
+        assert len(hints) == 1 and "crash_duplicates: per_connection" in hints[0], hints
+    else:
+        assert hints == []
