@@ -246,6 +246,11 @@ def safe_url(value: str | None) -> str:
     return _URL_ESCAPE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), url)
 
 
+def html_link_prefix(prefix: str) -> str:
+    """A feedback links' prefix as the HTML part writes it: made safe, then escaped."""
+    return str(markupsafe.escape(safe_url(prefix)))
+
+
 _EMPHASIS = re.compile(r"\*([^*\s][^*]*?)\*")
 
 
@@ -342,7 +347,7 @@ class Renderer:
         items = {item.paper.id: item for item in digest.items}
         tokens: dict[tuple[int, str], str] = {}
         prefix = feedback.prefix
-        html_prefix = str(markupsafe.escape(safe_url(prefix)))
+        html_prefix = html_link_prefix(prefix)
 
         def token(pid: int, kind: str) -> str:
             found = tokens.get((pid, kind))

@@ -26,8 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import markupsafe
-
 from newsletter.fragments import (
     CACHING,
     DEFERRED,
@@ -39,7 +37,7 @@ from newsletter.fragments import (
     reader_mark,
 )
 from newsletter.models import Digest, Slot
-from newsletter.render import DigestLinks, Renderer, safe_url, shipped_templates_dir
+from newsletter.render import DigestLinks, Renderer, html_link_prefix, shipped_templates_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,5 +191,4 @@ def reader_values(
         "u": links.unsubscribe,
     }
     prefix = links.feedback.prefix if links.feedback is not None else ""
-    html_prefix = str(markupsafe.escape(safe_url(prefix))) if prefix else ""
-    return shared.values(raw, html_prefix, prefix)
+    return shared.values(raw, html_link_prefix(prefix), prefix)

@@ -403,11 +403,11 @@ def as_7bit(text: str) -> tuple[bytes, bool] | None:
         text += "\n"
     if longest_line_over(text, 998):
         return None
-    dotted = text.startswith(".") or _DOT_LINE.search(text) is not None
+    dotted = text.startswith(".") or DOT_LINE.search(text) is not None
     return text.replace("\n", "\r\n").encode("ascii"), dotted
 
 
-_DOT_LINE = re.compile(r"\n\.")
+DOT_LINE = re.compile(r"\n\.")
 """A line that begins with a dot (a compiled search is twice as fast as ``"\n." in text``)."""
 
 

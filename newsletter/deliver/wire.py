@@ -18,16 +18,14 @@ break, a non-ASCII character in the HTML, or an HTML line pushed past 998 octets
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping, Sequence
 
-from newsletter.deliver.mime import QuotedPrintable, longest_line_over, qp_line
+from newsletter.deliver.mime import DOT_LINE, QuotedPrintable, longest_line_over, qp_line
 from newsletter.models import Slot
 
 MAX_OCTETS = 998
 """A line of a 7bit body: at most 998 octets before its CRLF (RFC 5322 2.1.1)."""
 
-_DOT_LINE = re.compile(r"\n\.")
 _QP = QuotedPrintable()
 """Whole lines of shared text parts, encoded with a paragraph cache (they repeat across shapes)."""
 _QP_LINE = functools.lru_cache(maxsize=16384)(qp_line)
@@ -125,7 +123,7 @@ class WireHtml:
             inner = piece[first + 1 : last + 1]  # whole lines
             if longest_line_over(inner, MAX_OCTETS):
                 return None
-            dotted = dotted or inner.startswith(".") or _DOT_LINE.search(inner) is not None
+            dotted = dotted or inner.startswith(".") or DOT_LINE.search(inner) is not None
             static, codes = len(piece) - last - 1, []
             if static and piece[last + 1] == ".":
                 dotted = True
