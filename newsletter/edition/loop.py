@@ -13,8 +13,10 @@ grow with their number.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -299,13 +301,27 @@ def send_editions(
     ``now`` (a worker's next chunk of the same edition).
     """
     policy = request if isinstance(request, SendPolicy) else SendPolicy.of(request, services.config)
+    builder = builder or EditionBuilder(services, now)
     applier = Applier(
-        services,
-        now,
-        policy,
-        builder or EditionBuilder(services, now),
-        progress=progress,
-        stop=stop,
-        claim_clock=claim_clock,
+        services, now, policy, builder, progress=progress, stop=stop, claim_clock=claim_clock
     )
-    return applier.run()
+    with long_lived_frozen():
+        return applier.run()
+
+
+@contextmanager
+def long_lived_frozen() -> Iterator[None]:
+    """Leave what is alive when a send starts out of the garbage collector's passes while it runs.
+
+    The papers, the ranker's index and vectors and the templates are built before the loop and
+    live to its end; every full pass of the cyclic collector walked them all again (3 passes,
+    about 0.18 s of a 10,000-reader send). :func:`gc.freeze` moves them to the permanent
+    generation, :func:`gc.unfreeze` gives them back afterwards, so a long-lived process (the
+    scheduler, a worker) still collects them once they are garbage. Reference counting frees
+    objects as before; only the cycle search skips them.
+    """
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -73,3 +73,26 @@ def test_a_send_over_the_memory_store_delivers_each_digest_once(
     assert again is not None and again.sent == 0 and again.already == len(READERS)
     assert len(smtp_server.received) == len(READERS)  # each digest went out once
     assert not database.exists()  # no database was ever opened
+
+
+def test_a_send_leaves_what_it_started_with_out_of_the_collector_and_gives_it_back(
+    tmp_path: Path, smtp_server: SmtpServer, make_config: Callable[..., Config]
+) -> None:
+    """The objects alive when the loop starts are frozen while it runs (the collector's full
+    passes skip them) and unfrozen once it ends, so a long-lived process can collect them."""
+    import gc
+
+    config = make_config(
+        base_config(f"sqlite:///{tmp_path / 'x.db'}", smtp_server, schedule={"no_listing": "send"})
+    )
+    services = Services(config, _store(), clock=lambda: NOW)
+    frozen: list[int] = []
+    before = gc.get_freeze_count()
+
+    report = send(
+        services, SendRequest(), now=NOW, progress=lambda r: frozen.append(gc.get_freeze_count())
+    ).report
+
+    assert report is not None and report.sent == len(READERS)
+    assert frozen and min(frozen) > before, "the loop ran with nothing frozen"
+    assert gc.get_freeze_count() == before, "the send left its objects frozen"
