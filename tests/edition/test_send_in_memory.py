@@ -75,24 +75,30 @@ def test_a_send_over_the_memory_store_delivers_each_digest_once(
     assert not database.exists()  # no database was ever opened
 
 
-def test_a_send_leaves_what_it_started_with_out_of_the_collector_and_gives_it_back(
+def test_a_send_runs_as_a_batch_job_and_puts_the_process_back(
     tmp_path: Path, smtp_server: SmtpServer, make_config: Callable[..., Config]
 ) -> None:
-    """The objects alive when the loop starts are frozen while it runs (the collector's full
-    passes skip them) and unfrozen once it ends, so a long-lived process can collect them."""
+    """While the loop runs, the objects alive when it started are frozen (the collector's full
+    passes skip them) and, on Linux, its thread is under ``SCHED_BATCH``; afterwards both are
+    as they were, so a long-lived process collects them and schedules as before."""
     import gc
+    import os
 
     config = make_config(
         base_config(f"sqlite:///{tmp_path / 'x.db'}", smtp_server, schedule={"no_listing": "send"})
     )
     services = Services(config, _store(), clock=lambda: NOW)
-    frozen: list[int] = []
-    before = gc.get_freeze_count()
+    linux = hasattr(os, "SCHED_BATCH")
+    seen: list[tuple[int, int | None]] = []
+    before = (gc.get_freeze_count(), os.sched_getscheduler(0) if linux else None)
 
-    report = send(
-        services, SendRequest(), now=NOW, progress=lambda r: frozen.append(gc.get_freeze_count())
-    ).report
+    def progress(_: object) -> None:
+        seen.append((gc.get_freeze_count(), os.sched_getscheduler(0) if linux else None))
+
+    report = send(services, SendRequest(), now=NOW, progress=progress).report
 
     assert report is not None and report.sent == len(READERS)
-    assert frozen and min(frozen) > before, "the loop ran with nothing frozen"
-    assert gc.get_freeze_count() == before, "the send left its objects frozen"
+    assert seen and all(frozen > before[0] for frozen, _ in seen), "nothing was frozen"
+    if linux and before[1] == os.SCHED_OTHER:
+        assert {policy for _, policy in seen} == {os.SCHED_BATCH}
+    assert (gc.get_freeze_count(), os.sched_getscheduler(0) if linux else None) == before
