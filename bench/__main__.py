@@ -21,6 +21,7 @@ which each section links to.
     python -m bench scale --subscribers 100000   # options for one benchmark (see its main())
     python -m bench send --subscribers 30000     # `newsletter send --now` itself, both backends
     python -m bench send --baseline ../base      # ... and the same sends by another checkout
+    python -m bench send --baseline ../base --repeat 3   # ... three interleaved pairs, median
 """
 
 from __future__ import annotations
@@ -159,6 +160,13 @@ def main() -> int:
         help="a worktree of another commit, with its .venv built: the benchmarks that take one "
         "(send) measure its code in the same run and report this code against it",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="(send, with --baseline) this many interleaved pairs of sends per backend, the "
+        "baseline's first in each; the page shows the pair with the median share, and lists all",
+    )
     args = parser.parse_args()
     if args.rebuild:
         rebuild()
@@ -175,6 +183,8 @@ def main() -> int:
         options: dict[str, object] = {"subscribers": args.subscribers} if args.subscribers else {}
         if args.baseline is not None:
             options["baseline"] = args.baseline.resolve()
+        if args.repeat:
+            options["repeat"] = args.repeat
         accepted = inspect.signature(module.main).parameters
         section = module.main(
             quick=args.quick, **{k: v for k, v in options.items() if k in accepted}

@@ -128,3 +128,30 @@ def test_every_stage_of_the_send_path_is_found() -> None:
         if all(bench_send.resolve(t) is None for t in targets)
     ]
     assert missing == []
+
+
+def _send(cpu: float) -> bench_send.Send:
+    return bench_send.Send(
+        backend="sqlite",
+        subscribers=100,
+        wall=1.0,
+        cpu=cpu,
+        peak_rss_mb=1.0,
+        delivered=100,
+        recipients=100,
+        digest_bytes=1,
+        raw_seconds=1.0,
+        raw_delivered=100,
+        sink_cpu=1.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("shares", "median"), [([0.9, 0.5, 0.7], 0.7), ([0.8, 0.6], 0.6), ([1.1], 1.1)]
+)
+def test_repeated_pairs_report_the_median_share(shares: list[float], median: float) -> None:
+    """``--repeat``: the pair shown is the one whose share is the median, whatever the order the
+    pairs ran in (the lower middle one of an even count)."""
+    pairs = [(_send(1.0), _send(share)) for share in shares]
+    old, new = bench_send.median_pair(pairs)
+    assert new.cpu_ms / old.cpu_ms == pytest.approx(median)
