@@ -110,3 +110,24 @@ def test_each_send_stage_has_its_module() -> None:
         "store/ledger.py",
     ):
         assert (ROOT / stage).is_file(), stage
+
+
+def test_a_send_imports_only_what_it_runs() -> None:
+    """The command line, the send's modules and a semantic check load without the model's
+    runtime (about 40 ms to import; a send that finds every vector stored never loads it),
+    dkimpy (only with ``dkim:``) or the feed fetcher (only with ``send --fetch``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import newsletter.cli, newsletter.edition, newsletter.deliver.dkim\n"
+        "from newsletter.semantic.model import runtime_missing\n"
+        "assert runtime_missing(load=False) is None\n"
+        "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'dkim', 'httpx',\n"
+        "    'newsletter.fetch_run') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"

@@ -156,7 +156,6 @@ def do_send(
     The request is validated by :func:`newsletter.edition.send`, as for every front end; a bad
     one (:class:`~newsletter.edition.BadSendRequest`) is the command's ``error:`` line."""
     from newsletter.edition import SendRequest, send
-    from newsletter.fetch_run import fetch_step
 
     services = obj.services()
     now = services.clock()
@@ -170,6 +169,8 @@ def do_send(
         wait=wait,
     )
     if do_fetch:
+        from newsletter.fetch_run import fetch_step  # httpx and the feed parsers: fetches only
+
         # a bad request is said before a long fetch: the one check edition.send makes
         request = request.validated(services.config, services.store)
         print_fetch_report(fetch_step(services, now))

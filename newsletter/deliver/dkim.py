@@ -4,6 +4,7 @@ Configured by the optional ``dkim:`` section: a selector, the signing domain (th
 domain by default) and the private key, from a PEM file next to the config or from an
 environment variable. The key is loaded once per run; a missing or unreadable key is a
 :class:`ConfigError` that names the config key and the file, raised before anything is sent.
+dkimpy (and the DNS library it brings) is imported only when ``dkim:`` is configured.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-
-import dkim
 
 from newsletter.config import Config, DkimSettings
 from newsletter.deliver.message import Envelope
@@ -23,6 +22,9 @@ class DkimSigner:
     """Prepends a ``DKIM-Signature`` header to finished RFC 5322 bytes."""
 
     def __init__(self, settings: DkimSettings, domain: str, private_key: bytes) -> None:
+        import dkim
+
+        self._dkim = dkim
         self.selector = settings.selector.encode("ascii")
         self.domain = domain.encode("ascii")
         self.headers = [h.encode("ascii") for h in settings.headers]
@@ -31,7 +33,7 @@ class DkimSigner:
     def header(self, data: bytes) -> bytes:
         """The ``DKIM-Signature`` header field (with its CRLF) for ``data``."""
         return bytes(
-            dkim.sign(
+            self._dkim.sign(
                 data,
                 self.selector,
                 self.domain,
@@ -69,7 +71,7 @@ class DkimSigner:
         signer = cls(settings, domain.encode("idna").decode("ascii"), key)
         try:  # fail now, with the config key named, rather than on the first digest
             signer.sign(b"From: a@example.org\r\nSubject: check\r\n\r\nkey check\r\n")
-        except dkim.DKIMException as e:
+        except signer._dkim.DKIMException as e:
             raise ConfigError(
                 str(config.path),
                 [f"{config.path}: dkim: the private key cannot sign: {e}; use an RSA key in PEM"],

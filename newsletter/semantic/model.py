@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -68,12 +69,19 @@ class ModelFiles:
     tokenizer: Path
 
 
-def runtime_missing() -> str | None:
-    """Why the runtime cannot be imported (the ``semantic`` extra is missing), or None."""
+def runtime_missing(*, load: bool = True) -> str | None:
+    """Why the runtime cannot be imported (the ``semantic`` extra is missing), or None.
+
+    ``load=False`` only looks for its packages, without importing them: importing onnxruntime
+    takes about 40 ms, and a send that finds every vector stored never loads the model (whose
+    loading imports them, and says so if that fails)."""
     for module in ("onnxruntime", "tokenizers"):
         try:
-            importlib.import_module(module)
-        except ImportError:
+            if load:
+                importlib.import_module(module)
+            elif importlib.util.find_spec(module) is None:
+                raise ImportError(module)
+        except (ImportError, ValueError):
             return f"{module} is not installed"
     return None
 

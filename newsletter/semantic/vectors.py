@@ -126,7 +126,7 @@ class VectorSource:
     def _problem(self) -> str | None:
         if not self._settings.semantic:
             return "ranking is lexical: ranking.semantic is false"
-        missing = runtime_missing()
+        missing = runtime_missing(load=False)
         if missing:
             return f"ranking is lexical: {missing}; to match by meaning too: {ENABLE}"
         return None
