@@ -131,3 +131,24 @@ def test_a_send_imports_only_what_it_runs() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_numpy_runs_its_matrix_products_on_one_thread() -> None:
+    """Importing newsletter sets OpenBLAS to one thread before numpy starts its workers (they
+    spin after each product, on the core the send's threads need); the environment wins."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, newsletter, numpy\n"
+        "numpy.ones((64, 64)) @ numpy.ones((64, 64))\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1"]  # one thread: numpy started no BLAS worker
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.stdout.split()[0] == "2"
