@@ -525,7 +525,7 @@ def measure_baseline(baseline: Path, backend: str, n: int, tmp: Path) -> Send:
     out = subprocess.run(
         [str(python), "-c", _BASELINE_SCRIPT, backend, str(n), str(tmp)],
         cwd=baseline,
-        env={**os.environ, "NEWSLETTER_BENCH_PG": PG_URL},
+        env={**own_defaults(), "NEWSLETTER_BENCH_PG": PG_URL},
         capture_output=True,
         text=True,
         check=False,
@@ -538,6 +538,22 @@ def measure_baseline(baseline: Path, backend: str, n: int, tmp: Path) -> Send:
     send = Send(**{k: v for k, v in data.items() if k in known})
     send.load = (send.load[0], send.load[1])
     return send
+
+
+def own_defaults() -> dict[str, str]:
+    """This process's environment without what importing ``newsletter`` added to it (its
+    ``OPENBLAS_NUM_THREADS`` default, ``newsletter/__init__.py``): the baseline runs with its
+    own code's defaults, as an operator's shell would start it. What the bench was started with
+    (``/proc/self/environ``, the environment at exec) is kept."""
+    env = dict(os.environ)
+    try:
+        started = Path("/proc/self/environ").read_bytes().split(b"\0")
+    except OSError:
+        return env
+    given = {kv.split(b"=", 1)[0].decode(errors="replace") for kv in started if b"=" in kv}
+    if "OPENBLAS_NUM_THREADS" not in given:
+        env.pop("OPENBLAS_NUM_THREADS", None)
+    return env
 
 
 def baseline_name(baseline: Path) -> str:

@@ -155,3 +155,25 @@ def test_repeated_pairs_report_the_median_share(shares: list[float], median: flo
     pairs = [(_send(1.0), _send(share)) for share in shares]
     old, new = bench_send.median_pair(pairs)
     assert new.cpu_ms / old.cpu_ms == pytest.approx(median)
+
+
+def test_the_baseline_runs_with_its_own_blas_default() -> None:
+    """``newsletter`` sets ``OPENBLAS_NUM_THREADS`` when imported; the baseline checkout must not
+    inherit that default from the bench (it would measure the baseline with this code's
+    setting), but keeps a value the bench was started with."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from bench.bench_send import own_defaults\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'), own_defaults().get('OPENBLAS_NUM_THREADS'))"
+    )
+    root = Path(bench_send.__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    run = lambda e: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code], cwd=root, env=e, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert run(env) == ["1", "None"]
+    assert run({**env, "OPENBLAS_NUM_THREADS": "3"}) == ["3", "3"]
