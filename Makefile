@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-fast lint typecheck pytest bench system-deps clean help
+.PHONY: demo test test-fast lint typecheck pytest bench templates system-deps clean help
 
 help:
 	@echo "make demo    - build .venv, install, run one full edition on the bundled demo (SQLite, snapshot feeds, local SMTP sink)"
 	@echo "make test    - build .venv with dev extras, run ruff, mypy and pytest"
 	@echo "make test-fast - ruff and the tests not marked slow (under two minutes)"
 	@echo "make bench   - run the benchmarks under bench/ and update docs/benchmarks.md"
+	@echo "make templates - inline templates/digest.html again into digest.inlined.html (after editing it)"
 	@echo "make clean   - remove .venv and var/"
 
 $(BIN)/python:
@@ -55,6 +56,11 @@ test-fast: $(STAMP_DEV)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m bench
+
+# After changing templates/digest.html: its CSS inlined once more into templates/digest.inlined.html
+# (shipped, so that a send with the shipped template needs no premailer; tests fail while stale).
+templates: $(STAMP_DEV)
+	$(BIN)/python -m newsletter.inline templates
 
 clean:
 	rm -rf $(VENV) var

@@ -66,6 +66,7 @@ from newsletter.inline import (
     NotInlinable,
     inline_css,
     inline_template_source,
+    prebuilt,
     to_references,
 )
 from newsletter.latex import to_text
@@ -310,7 +311,7 @@ class Renderer:
         assert self.env.loader is not None
         source, filename, _ = self.env.loader.get_source(self.env, "digest.html")
         try:
-            inlined = inline_template_source(source)
+            inlined = prebuilt(source, shipped_templates_dir()) or inline_template_source(source)
         except NotInlinable as e:
             log.warning(
                 "%s: CSS cannot be inlined once (%s); inlining every message instead, "

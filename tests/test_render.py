@@ -297,6 +297,55 @@ def test_an_operator_template_overrides_the_shipped_one_and_is_inlined_once(
     assert "Unsubscribe in one click" in renderer.render(D.empty_digest(), D.links()).text
 
 
+def test_the_shipped_template_ships_inlined_and_up_to_date() -> None:
+    """``templates/digest.inlined.html`` is what inlining ``digest.html`` gives now (run ``make
+    templates`` after editing it), and a renderer of the shipped template uses it."""
+    from newsletter.inline import PREBUILT, inline_template_source, prebuilt
+    from newsletter.render import shipped_templates_dir
+
+    shipped = shipped_templates_dir()
+    source = (shipped / "digest.html").read_text(encoding="utf-8")
+    made = prebuilt(source, shipped)
+    assert made is not None, f"{PREBUILT} is missing or stale: run `make templates`"
+    assert made == inline_template_source(source)
+    assert prebuilt(source + "<!-- changed -->", shipped) is None  # another source: not used
+    assert Renderer(D.settings()).inlined is not None
+
+
+def test_a_send_with_the_shipped_template_needs_no_premailer(tmp_path: Path) -> None:
+    """Rendering with the shipped template imports no premailer (nor its cssutils and
+    requests); an operator's template still gets its CSS inlined once by premailer."""
+    import subprocess
+    import sys
+
+    operator = tmp_path / "digest.html"
+    operator.write_text(
+        "<html><head><style>.t { color: #123456; }</style></head><body>"
+        "<p class='t'>{{ preheader }}</p></body></html>"
+    )
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from newsletter.render import Renderer\n"
+        "from tests import digests as D\n"
+        "r = Renderer(D.settings())\n"
+        "html = r.render(D.digest(D.papers()[:3], per_topic=1), D.links()).html\n"
+        "print('premailer' in sys.modules, 'requests' in sys.modules, 'style=' in html)\n"
+        "Renderer(D.settings(), Path(sys.argv[1]))\n"
+        "print('premailer' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert out.stdout.split() == ["False", "False", "True", "True"]
+
+
 def test_a_template_with_data_built_classes_falls_back_to_premailer_per_message(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
