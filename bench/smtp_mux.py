@@ -17,11 +17,9 @@ would save (bench/history/send.md).
 from __future__ import annotations
 
 import selectors
-import smtplib
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,27 +31,13 @@ MESSAGE = (
 
 
 def in_threads(port: int, n: int, data: bytes = MESSAGE) -> None:
-    """``n`` messages by ``smtplib`` in POOL threads, one connection each."""
-    counter = iter(range(n))
-    lock = threading.Lock()
+    """``n`` messages by ``smtplib`` in POOL threads, one connection each: the raw baseline of
+    the delivery and send benchmarks (:func:`bench.bench_deliver.raw_smtplib`)."""
+    from bench.bench_deliver import POOL as DELIVER_POOL
+    from bench.bench_deliver import raw_smtplib
 
-    def worker() -> None:
-        conn = smtplib.SMTP("127.0.0.1", port, timeout=30)
-        try:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                conn.sendmail("a@b.example", [f"r{i}@e.example"], data)
-        finally:
-            conn.quit()
-
-    threads = [threading.Thread(target=worker) for _ in range(POOL)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    assert DELIVER_POOL == POOL
+    raw_smtplib(port, n, data)
 
 
 class _Connection:
