@@ -55,7 +55,7 @@ from newsletter.rank.profiles import (
     ProfileSpace,
 )
 from newsletter.sources import arxiv_rss, hf_daily
-from newsletter.text import read_defined
+from newsletter.text import compound_parts, read_defined
 
 FEEDS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "feeds"
 NOW = datetime(2026, 11, 17, 20, 0, tzinfo=UTC)
@@ -241,9 +241,11 @@ class NaiveRanker:
         self.fields: list[tuple[Counter[tuple[str, ...]], Counter[tuple[str, ...]]]] = []
         self.lengths: list[tuple[int, int]] = []
         self.title_words: list[set[str]] = []
+        self.title_parts: list[set[str]] = []  # words inside the title's CamelCase compounds
         for p in papers:
             pair = []
             lens = []
+            self.title_parts.append(set(compound_parts(p.title)))
             for f, toks in enumerate(read_defined(p.title, p.abstract)[0]):
                 if f == 0:
                     self.title_words.append(set(toks))
@@ -264,8 +266,13 @@ class NaiveRanker:
     def tf(self, group: tuple[str, ...], j: int) -> tuple[float, float]:
         terms = {t for alias in group for t in phrase_terms(alias)}
         title, abstract = self.fields[j]
-        words = self.title_words[j]
-        in_title = sum(title[t] or (BAG_TF if len(t) > 1 and set(t) <= words else 0) for t in terms)
+        words, parts = self.title_words[j], self.title_parts[j]
+        in_title = sum(
+            title[t]
+            or (BAG_TF if len(t) > 1 and set(t) <= words else 0)
+            or (1 if len(t) == 1 and t[0] in parts else 0)  # "NeRF" in "BirdNeRF": once
+            for t in terms
+        )
         return in_title, sum(abstract[t] for t in terms)
 
     def evidence(self, group: tuple[str, ...], j: int) -> int:
