@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import selectors
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 POOL = 4
 MESSAGE = (
     b"Subject: x\r\nFrom: a@b.example\r\nTo: d@e.example\r\n\r\n" + (b"x" * 76 + b"\r\n") * 800
@@ -131,26 +129,22 @@ def in_one_thread(port: int, n: int, data: bytes = MESSAGE) -> None:
 
 
 def main(n: int) -> list[tuple[str, float, float]]:
-    """Both ways twice, interleaved, into one aiosmtpd sink: (name, CPU s, wall s) each."""
-    from newsletter.sink import free_port
+    """Both ways twice, interleaved, into one sink (the send benchmark's): (name, CPU s, wall s)
+    each."""
+    from tempfile import TemporaryDirectory
 
-    port = free_port()
-    sink = subprocess.Popen(
-        [sys.executable, "-m", "bench.smtp_counter", str(port), "--aiosmtpd"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    from bench.bench_send import Sink
+
     out: list[tuple[str, float, float]] = []
-    try:
-        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
-        for name, run in [("threads", in_threads), ("one thread", in_one_thread)] * 2:
-            cpu, wall = time.process_time(), time.perf_counter()
-            run(port, n)
-            out.append((name, time.process_time() - cpu, time.perf_counter() - wall))
-    finally:
-        sink.terminate()
-        sink.wait()
+    with TemporaryDirectory() as tmp:
+        sink = Sink(Path(tmp), "mux")
+        try:
+            for name, run in [("threads", in_threads), ("one thread", in_one_thread)] * 2:
+                cpu, wall = time.process_time(), time.perf_counter()
+                run(sink.port, n)
+                out.append((name, time.process_time() - cpu, time.perf_counter() - wall))
+        finally:
+            sink.stop()
     return out
 
 
