@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from newsletter.excerpts import LIMIT, cut, excerpt, lead_excerpt, sentences
 from tests.excerpts.evaluate import measure
@@ -103,3 +105,66 @@ def test_a_long_result_is_cut_after_the_clause_with_its_number() -> None:
         "We propose Foo, a scheduler. We achieve up to 3.9x speedups on GPUs (A100, H100, and L40)…"
     )
     assert len(out) <= 140
+
+
+def _sentences_one_char_at_a_time(text: str) -> list[str]:
+    """The reference: :func:`sentences` as it was written before it let a regex find its
+    marks (every character looked at in Python)."""
+    from newsletter.excerpts import _abbreviation
+
+    out: list[str] = []
+    depth = start = i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c in ".?!" and depth == 0:
+            end = i + 1
+            while end < n and text[end] in "\"'”’":
+                end += 1
+            if (
+                end + 1 < n
+                and text[end] == " "
+                and (text[end + 1].isupper() or text[end + 1].isdigit() or text[end + 1] in '"“')
+                and not (c == "." and _abbreviation(text, i))
+            ):
+                out.append(text[start:end])
+                start = end + 1
+                i = end
+        i += 1
+    if start < n:
+        out.append(text[start:])
+    return [s for s in out if s.strip()]
+
+
+_PIECES = st.sampled_from(
+    [" ", ".", "?", "!", "(", ")", "[", "]", "{", "}", '"', "'", "”", "’", "“", "A", "a", "7",
+     "e.g", "et al", "Fig", "J", "We", "x", "É", "é", "\u00a0"]
+)  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=60).map("".join))
+@settings(max_examples=3000, deadline=None)
+def test_sentences_cut_where_the_one_character_at_a_time_reference_cuts(text: str) -> None:
+    """The regex scan over the marks cuts exactly where looking at every character did."""
+    assert sentences(text) == _sentences_one_char_at_a_time(text)
+
+
+def test_sentences_of_the_fixture_feeds_match_the_reference() -> None:
+    """Real abstracts (every summary of the bundled feeds) cut the same way too."""
+    from pathlib import Path
+
+    import feedparser
+
+    feeds = Path(__file__).resolve().parents[1] / "fixtures" / "feeds"
+    texts = [
+        " ".join(str(entry.get("summary", "")).split())
+        for path in sorted([*feeds.glob("*.xml"), *feeds.glob("*.atom")])
+        for entry in feedparser.parse(path.read_bytes()).entries
+    ]
+    assert len(texts) > 50
+    for text in texts:
+        assert sentences(text) == _sentences_one_char_at_a_time(text)
