@@ -238,8 +238,13 @@ class TokenFamily:
         return TokenTail(signed, signed.decode() + ".")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""Built once: ``json.dumps`` with any option builds an encoder per call, two thirds of a
+token's cost (three tokens per digest)."""
+
+
 def _json(fields: dict[str, Any]) -> bytes:
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(fields).encode()
 
 
 @dataclass(frozen=True, slots=True)
