@@ -13,9 +13,10 @@ stays flat). Each of the pool's ``smtp.pool_size`` threads owns one reused relay
    the pool's :class:`FinalDotGate`; it keeps it until the message's ``sent`` mark is committed
    (or its ``unknown`` mark, when the line dropped after the dot; a refusal opens it at once).
    One message of the pool at a time is thus past its final dot and not recorded: a kill
-   (SIGKILL, power loss) leaves at most one duplicate, whatever ``smtp.pool_size``. The cost:
-   the relay's reply to the dot and that commit are serialised across the connections (the
-   commit skips the group-commit wait); everything before the dot runs on all of them at once.
+   (SIGKILL; on PostgreSQL a power loss too, see docs/delivery.md for SQLite's) leaves at most
+   one duplicate, whatever ``smtp.pool_size``. The cost: the relay's reply to the dot and that
+   commit are serialised across the connections (the commit skips the group-commit wait);
+   everything before the dot runs on all of them at once.
    A refusal is turned into a step (retry after a backoff, slow down, re-send once, give up,
    suppress) by :func:`newsletter.deliver.retry.next_step`, which holds every such rule; the
    pool applies it.
