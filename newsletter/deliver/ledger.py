@@ -60,6 +60,43 @@ def owner_gone(owner: str) -> bool:
     return False
 
 
+class Signal:
+    """A one-shot flag that other threads wait for: :class:`threading.Event`'s ``set``,
+    ``is_set`` and ``wait`` on one lock, held until it is set.
+
+    A send makes two or three per message (each ledger write, the final-dot gate's hand-over);
+    an Event is a condition variable, a lock and a list of waiters, each wait making a lock of
+    its own, and it cost a tenth of the ledger writer's CPU. One thread sets a signal (the
+    writer, or whoever holds the gate): :meth:`set` is not meant to race with itself.
+    """
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        """Set the flag and wake whoever waits; setting it again does nothing."""
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called."""
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Return once the flag is set (True), or after ``timeout`` seconds (whether it is)."""
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            self._lock.release()  # for the next waiter
+            return True
+        return self._set
+
+
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
@@ -80,7 +117,7 @@ class PendingWrite:
         :meth:`LedgerWriter.call`)."""
         self.then = then
         """Called on the writer thread once the write is committed (or failed)."""
-        self.done = threading.Event()
+        self.done = Signal()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from newsletter.config import Config
-from newsletter.deliver.ledger import LedgerWriter, PendingWrite
+from newsletter.deliver.ledger import LedgerWriter, PendingWrite, Signal
 from newsletter.deliver.message import Envelope
 from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, next_step
 from newsletter.deliver.smtp import Mailer, MailerFactory, Withheld
@@ -184,7 +184,7 @@ class FinalDotGate:
         message's final dot), and the returned function opens it, once."""
         assert self.held
         self._holder.held = False
-        opened = threading.Event()
+        opened = Signal()
 
         def open_gate() -> None:
             if not opened.is_set():

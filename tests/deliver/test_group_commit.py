@@ -205,3 +205,26 @@ def test_a_gated_mark_opens_the_gate_on_the_writer_thread_once_committed(store: 
     finally:
         writer.close()
     assert seen == [("ledger-writer", EditionStatus.SENT)]
+
+
+def test_signal_wakes_every_waiter_once_set_and_times_out_before() -> None:
+    """The writer's one-shot flag (in place of threading.Event): a wait before ``set`` times out
+    with False, every waiting thread wakes when it is set, later waits return at once, and a
+    second ``set`` does nothing."""
+    from newsletter.deliver.ledger import Signal
+
+    signal = Signal()
+    assert not signal.is_set()
+    assert signal.wait(0.05) is False
+    woke: list[bool] = []
+    waiters = [threading.Thread(target=lambda: woke.append(signal.wait(30))) for _ in range(3)]
+    for th in waiters:
+        th.start()
+    time.sleep(0.1)
+    assert woke == []  # all three are still waiting
+    signal.set()
+    signal.set()
+    for th in waiters:
+        th.join(30)
+    assert woke == [True, True, True]
+    assert signal.is_set() and signal.wait() and signal.wait(0)
