@@ -256,6 +256,7 @@ class StoreBase:
         and the driver's own (the ledger's fast paths run SQL on the driver connection)."""
         self._claim_stmt: Insert | None = None
         self._datetime_bind: Callable[[datetime], Any] | None = None
+        self._datetime_last: tuple[datetime, Any] | None = None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         elif self.engine.dialect.name == "postgresql":
@@ -409,9 +410,17 @@ class StoreBase:
         return sqlite_insert(table)
 
     def _sqlite_datetime(self, moment: datetime) -> Any:
+        """``moment`` as the ``DATETIME`` columns store it on SQLite (through the column type's
+        own bind processor); the last one is kept, as a ledger batch's begins and marks share
+        their ``now``."""
+        last = self._datetime_last
+        if last is not None and last[0] == moment:
+            return last[1]
         if self._datetime_bind is None:
             column_type = t.editions.c.finished.type
             dialect = self.engine.dialect
             process = column_type.dialect_impl(dialect).bind_processor(dialect)
             self._datetime_bind = process or (lambda v: v)
-        return self._datetime_bind(moment)
+        stored = self._datetime_bind(moment)
+        self._datetime_last = (moment, stored)
+        return stored

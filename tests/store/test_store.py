@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -321,3 +321,24 @@ def test_schema_revisions_are_read_without_alembic_and_agree_with_it(db_url: str
         s.check_schema()
     finally:
         s.close()
+
+
+def test_the_ledgers_sqlite_datetimes_are_stored_as_sqlalchemy_stores_them(store: Store) -> None:
+    """The ledger's fast path converts its ``now`` once per batch (the last one is kept): the
+    value is what the column type's bind processor gives, for the same instant in another zone
+    too, and a new moment is converted anew."""
+    if store.dialect != "sqlite":
+        pytest.skip("the conversion is SQLite's fast path")
+    from sqlalchemy.dialects import sqlite
+
+    from newsletter.store import tables as t
+
+    column = t.editions.c.finished.type
+    process = column.dialect_impl(sqlite.dialect()).bind_processor(sqlite.dialect())
+    assert process is not None
+    first = datetime(2026, 11, 17, 6, 0, 1, 250_000, tzinfo=UTC)
+    same_elsewhere = first.astimezone(timezone(timedelta(hours=9)))
+    later = first + timedelta(microseconds=1)
+    for moment in (first, first, same_elsewhere, later, first):
+        assert store._sqlite_datetime(moment) == process(moment)
+    assert store._sqlite_datetime(later) != store._sqlite_datetime(first)
