@@ -66,13 +66,31 @@ _BEGIN_SEND = (
 )
 
 
+def pg_array(values: Sequence[int | str | None]) -> str:
+    """``values`` as a PostgreSQL array literal (``{1,NULL,"a\\"b"}``), for a parameter the
+    statement casts (``CAST(%(ids)s AS integer[])``).
+
+    psycopg adapts a list element by element in Python (finding the element type, a dumper per
+    element): a third of the ledger writer's CPU on PostgreSQL went to the five lists of each
+    group commit. One string is adapted once. Every string element is quoted, with ``\\`` and
+    ``"`` escaped, which the array input reads back as it was, whatever it holds.
+    """
+    items = []
+    for v in values:
+        if v is None:
+            items.append("NULL")
+        elif isinstance(v, int):
+            items.append(str(int(v)))
+        else:
+            items.append('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(items) + "}"
+
+
 _PG_BEGIN_STATUSES = {
     "sending": EditionStatus.SENDING.value,
-    "in_hand": [
-        EditionStatus.CLAIMED.value,
-        EditionStatus.SENDING.value,
-        EditionStatus.UNKNOWN.value,
-    ],
+    "in_hand": pg_array(
+        [EditionStatus.CLAIMED.value, EditionStatus.SENDING.value, EditionStatus.UNKNOWN.value]
+    ),
     "active": SubscriberStatus.ACTIVE.value,
 }
 
@@ -103,12 +121,12 @@ def _pg_ledger(
     """Sent marks (with their papers) and begins of one owner in one statement; returns the
     editions whose begin applied."""
     params = {
-        "ids": [op.edition_id for op in marks],
-        "counts": [len(op.paper_ids) or None for op in marks],
-        "papers": [paper_list(op.paper_ids) for op in marks],
+        "ids": pg_array([op.edition_id for op in marks]),
+        "counts": pg_array([len(op.paper_ids) or None for op in marks]),
+        "papers": pg_array([paper_list(op.paper_ids) for op in marks]),
         "now": _naive(now),
         "sent": EditionStatus.SENT.value,
-        "bids": [op.edition_id for op in begins],
+        "bids": pg_array([op.edition_id for op in begins]),
         "owner": begins[0].owner if begins else "",
         **_PG_BEGIN_STATUSES,
     }

@@ -342,3 +342,41 @@ def test_the_ledgers_sqlite_datetimes_are_stored_as_sqlalchemy_stores_them(store
     for moment in (first, first, same_elsewhere, later, first):
         assert store._sqlite_datetime(moment) == process(moment)
     assert store._sqlite_datetime(later) != store._sqlite_datetime(first)
+
+
+def test_the_ledgers_array_literals_read_back_as_they_were(store: Store) -> None:
+    """The PostgreSQL group commit passes its lists as array literals (``pg_array``): the
+    database reads back every element as it was, quotes, backslashes, braces, commas, spaces,
+    NULLs and non-ASCII included, and the empty list as an empty array."""
+    if store.dialect != "postgresql":
+        pytest.skip("array literals are PostgreSQL's (SQLite's ledger runs a statement per row)")
+    from sqlalchemy import text
+
+    from newsletter.store.ledger_sql import pg_array
+
+    texts = [
+        'a"b',
+        "c\\d",
+        "{e,f}",
+        "g h",
+        "",
+        "NULL",
+        "null",
+        "é ü 中",
+        "12,34,56",
+        None,
+        ",",
+        "\\",
+    ]
+    numbers = [0, -7, 2_147_483_647, None, 42]
+    with store.engine.connect() as conn:
+        got_texts = conn.execute(
+            text("SELECT CAST(:v AS text[])"), {"v": pg_array(texts)}
+        ).scalar_one()
+        got_numbers = conn.execute(
+            text("SELECT CAST(:v AS integer[])"), {"v": pg_array(numbers)}
+        ).scalar_one()
+        empty = conn.execute(text("SELECT CAST(:v AS integer[])"), {"v": pg_array([])}).scalar_one()
+    assert got_texts == texts
+    assert got_numbers == numbers
+    assert empty == []
