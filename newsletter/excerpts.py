@@ -103,21 +103,30 @@ def sentences(text: str) -> list[str]:
             depth += 1
         elif c in ")]}":
             depth = max(0, depth - 1)
-        elif depth == 0:
-            end = i + 1
-            while end < n and text[end] in _CLOSING_QUOTES:
-                end += 1
-            if (
-                end + 1 < n
-                and text[end] == " "
-                and (text[end + 1].isupper() or text[end + 1].isdigit() or text[end + 1] in '"“')
-                and not (c == "." and _abbreviation(text, i))
-            ):
-                out.append(text[start:end])
-                start = end + 1
+        elif depth == 0 and (end := sentence_end(text, i)) is not None:
+            out.append(text[start:end])
+            start = end + 1
     if start < n:
         out.append(text[start:])
     return [s for s in out if s.strip()]
+
+
+def sentence_end(text: str, i: int) -> int | None:
+    """Where the sentence ends (after its closing quotes) when the ``.``, ``?`` or ``!`` at
+    ``i`` (outside brackets) ends one: a space and a capital letter, a digit or an opening quote
+    follow, and it is not the period of an abbreviation; else ``None``."""
+    n = len(text)
+    end = i + 1
+    while end < n and text[end] in _CLOSING_QUOTES:
+        end += 1
+    if (
+        end + 1 < n
+        and text[end] == " "
+        and (text[end + 1].isupper() or text[end + 1].isdigit() or text[end + 1] in '"“')
+        and not (text[i] == "." and _abbreviation(text, i))
+    ):
+        return end
+    return None
 
 
 def _abbreviation(text: str, dot: int) -> bool:

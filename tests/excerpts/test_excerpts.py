@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from newsletter.excerpts import LIMIT, cut, excerpt, lead_excerpt, sentences
+from newsletter.excerpts import LIMIT, cut, excerpt, lead_excerpt, sentence_end, sentences
 from tests.excerpts.evaluate import measure
 
 
@@ -108,10 +108,9 @@ def test_a_long_result_is_cut_after_the_clause_with_its_number() -> None:
 
 
 def _sentences_one_char_at_a_time(text: str) -> list[str]:
-    """The reference: :func:`sentences` as it was written before it let a regex find its
-    marks (every character looked at in Python)."""
-    from newsletter.excerpts import _abbreviation
-
+    """The reference: :func:`sentences`' scan as it was written before it let a regex find its
+    marks (every character looked at in Python); where a sentence ends is
+    :func:`~newsletter.excerpts.sentence_end`'s, for both."""
     out: list[str] = []
     depth = start = i = 0
     n = len(text)
@@ -121,19 +120,10 @@ def _sentences_one_char_at_a_time(text: str) -> list[str]:
             depth += 1
         elif c in ")]}":
             depth = max(0, depth - 1)
-        elif c in ".?!" and depth == 0:
-            end = i + 1
-            while end < n and text[end] in "\"'”’":
-                end += 1
-            if (
-                end + 1 < n
-                and text[end] == " "
-                and (text[end + 1].isupper() or text[end + 1].isdigit() or text[end + 1] in '"“')
-                and not (c == "." and _abbreviation(text, i))
-            ):
-                out.append(text[start:end])
-                start = end + 1
-                i = end
+        elif c in ".?!" and depth == 0 and (end := sentence_end(text, i)) is not None:
+            out.append(text[start:end])
+            start = end + 1
+            i = end
         i += 1
     if start < n:
         out.append(text[start:])
