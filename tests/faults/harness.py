@@ -290,6 +290,10 @@ class Audit:
     other_ids: list[str]
     """Recipients who got two different Message-IDs (never allowed)."""
     failed: list[str]
+    refused_resend: list[str]
+    """Recipients whose edition ended ``resend_refused``: resumed after a run was killed while
+    it was ``sending``, then refused (counted as delivered: the ledger cannot tell that the cut
+    attempt never reached its final dot)."""
     statuses: Counter[str]
     runs: Counter[str]
 
@@ -309,6 +313,9 @@ def audit(path: Path, relay: FaultServer, bad: frozenset[str] = frozenset()) -> 
     other = [r for r, mids in ids.items() if len(set(mids)) > 1]
     by_mail = {r.email: r for r in rows}
     failed = [e for e in active if e in by_mail and by_mail[e].status is EditionStatus.FAILED]
+    refused = [
+        e for e in active if e in by_mail and by_mail[e].status is EditionStatus.RESEND_REFUSED
+    ]
     status = json.loads(status_of(path, "--json", "--runs", "1000"))
     runs = Counter(r["status"] for r in status["runs"] if r["kind"] == "send")
     return Audit(
@@ -318,6 +325,7 @@ def audit(path: Path, relay: FaultServer, bad: frozenset[str] = frozenset()) -> 
         lost=lost,
         other_ids=other,
         failed=failed,
+        refused_resend=refused,
         statuses=Counter(r.status.value for r in rows),
         runs=runs,
     )
