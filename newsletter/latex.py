@@ -15,8 +15,9 @@ a malformed string never stops a digest or a page.
 Only the LaTeX is parsed (:func:`_islands`): pylatexenc reads a string a character at a time in
 Python (about 3 ms for an abstract), so the plain words between the LaTeX are passed through and
 each island of LaTeX (a word with a LaTeX sign, with the words an open brace or ``$`` carries
-on to; from a command outside braces, the rest of the string) is converted alone. A string whose LaTeX could reach further (``\\begin``,
-``$$``, ``\\[``, a comment) is converted whole, as before; the tests hold both ways equal.
+on to; from a command outside braces, the rest of the string) is converted alone. A string
+whose LaTeX could reach further (``\\begin``, ``$$``, ``\\[``, a comment) is converted whole,
+as before; the tests hold both ways equal.
 """
 
 from __future__ import annotations
