@@ -1,8 +1,8 @@
 """What sending costs in threads against one thread: ``python -m bench.smtp_mux [N]``.
 
-A probe for the send loop's next step (issue 30), not a target: ``N`` messages of 62 KB over
-four connections into the aiosmtpd sink (``bench.smtp_counter --aiosmtpd``, its own process),
-twice each way, interleaved:
+A probe (issue 30), not a target: ``N`` messages of 62 KB over four connections into the
+aiosmtpd sink (``bench.smtp_counter --aiosmtpd``, its own process), twice each way,
+interleaved:
 
 - **threads**: ``smtplib`` ``sendmail`` in four threads, as the send pool's senders do today
   (and as the send benchmark's raw baseline does);
@@ -10,8 +10,10 @@ twice each way, interleaved:
   on four non-blocking sockets driven by one :mod:`selectors` loop.
 
 It prints the CPU (this process's) and the wall time of each. On a 2-core machine the sink sets
-the pace, so the wall times match; the CPU is what moving the senders' work onto one thread
-would save (bench/history/send.md).
+the pace, so the wall times match. The CPU gap is that of four threads with nothing else to
+do; it is not what a send saves by running its connections on one loop: the pool rebuilt that
+way cost the same CPU as its four threads, whose time in a send goes mostly to waiting for the
+relay and the ledger (bench/history/send.md, sixth session).
 """
 
 from __future__ import annotations
