@@ -70,6 +70,39 @@ class FaultHandler:
     """Seconds every DATA waits before the relay stores the message and answers (a slow relay)."""
     on_quit: Callable[[], None] | None = None
     """Called (on the relay's loop) when a client sends QUIT, before the relay answers it."""
+    max_connections: int = 0
+    """Connections taken at once (0: any); one more is greeted ``421 Too many connections``."""
+    quota: float = 0.0
+    """Messages taken a second (a bucket holding one second's worth; 0: any); a MAIL beyond it
+    is answered ``454 Throttling failure`` (Amazon SES's words)."""
+    open: int = 0
+    peak: int = 0
+    """The most connections open at once."""
+    refused: int = 0
+    """Connections greeted with 421 as one too many."""
+    throttled: int = 0
+    """MAIL commands answered 454."""
+    awaiting: int = 0
+    peak_awaiting: int = 0
+    """The most messages at once past their final dot and not answered yet."""
+    _tokens: float = -1.0
+    _refilled: float = 0.0
+
+    def take_token(self) -> bool:
+        """One message of the quota (True), or a throttle (False)."""
+        if not self.quota:
+            return True
+        now = asyncio.get_running_loop().time()
+        with self.lock:
+            if self._tokens < 0:
+                self._tokens, self._refilled = self.quota, now
+            self._tokens = min(self.quota, self._tokens + (now - self._refilled) * self.quota)
+            self._refilled = now
+            if self._tokens < 1:
+                self.throttled += 1
+                return False
+            self._tokens -= 1
+            return True
 
     async def handle_EHLO(
         self, server: SMTP, session: Any, envelope: Any, hostname: str, responses: list[str]
@@ -104,6 +137,8 @@ class FaultHandler:
         f = self.fault("MAIL", None)
         if f is not None:
             return await self.apply(server, f)
+        if not self.take_token():
+            return "454 4.7.0 Throttling failure: Maximum sending rate exceeded."
         envelope.mail_from = address
         envelope.mail_options.extend(options)
         return "250 OK"
@@ -121,7 +156,14 @@ class FaultHandler:
         while self.hold is not None and not self.hold.is_set():
             await asyncio.sleep(0.01)
         if self.delay:
-            await asyncio.sleep(self.delay)
+            with self.lock:
+                self.awaiting += 1
+                self.peak_awaiting = max(self.peak_awaiting, self.awaiting)
+            try:
+                await asyncio.sleep(self.delay)
+            finally:
+                with self.lock:
+                    self.awaiting -= 1
         rcpt = envelope.rcpt_tos[0] if envelope.rcpt_tos else None
         f = self.fault("DATA", rcpt)
         data = envelope.original_content or envelope.content
@@ -139,10 +181,33 @@ class _FaultSMTP(SMTP):
         super().__init__(handler, **kw)
         self.fault_handler = handler
 
+    _counted = False
+    _refused = False
+
     def connection_made(self, transport: Any) -> None:
-        with self.fault_handler.lock:
-            self.fault_handler.connections += 1
+        h = self.fault_handler
+        with h.lock:
+            h.connections += 1
+            self._refused = bool(h.max_connections) and h.open >= h.max_connections
+            if self._refused:
+                h.refused += 1
+            else:
+                h.open += 1
+                h.peak = max(h.peak, h.open)
+                self._counted = True
+        if self._refused:
+            transport.write(b"421 4.7.0 Too many connections from your host, try later\r\n")
+            transport.close()
+            return
         super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            with self.fault_handler.lock:
+                self.fault_handler.open -= 1
+            self._counted = False
+        if not self._refused:
+            super().connection_lost(exc)
 
     async def smtp_QUIT(self, arg: str) -> None:
         if self.fault_handler.on_quit is not None:
@@ -210,7 +275,7 @@ def fault_server(
         }
     controller = _Controller(handler, hostname="127.0.0.1", port=port, **kw)
     controller.start()
-    handler.connections = 0  # start() connects once to check the server is up
+    handler.connections = handler.peak = 0  # start() connects once to check the server is up
     try:
         yield FaultServer("127.0.0.1", port, handler)
     finally:

@@ -60,10 +60,10 @@ def test_the_docstring_tree_is_the_class_tree() -> None:
         parents.append(name)
 
 
-INTERNAL = {"NotInlinable", "Withheld"}
+INTERNAL = {"NotInlinable", "Crowded"}
 """Signals caught by their one caller, never shown: render.py inlines such a template's CSS per
-message instead; the sender pool gives back a message whose final dot the final-dot gate
-withheld (the run was aborted while it waited)."""
+message instead; the sender pool hands a message to another connection when the relay refused
+its connection as one too many."""
 
 
 def test_every_error_the_package_defines_is_a_newsletter_error_and_in_the_tree() -> None:

@@ -74,7 +74,15 @@ class SmtpSettings(_Strict):
     max_timeouts: int = Field(default=3, ge=1, le=1000)
     """Consecutive replies that did not come within ``timeout`` (a relay that stalls) after
     which the relay counts as unusable: the run stops (exit 2) and alerts the operator."""
-    pool_size: int = Field(default=4, ge=1, le=64)
+    pool_size: int = Field(default=20, ge=1, le=64)
+    """The most relay connections a send opens at once (Postfix's default per destination
+    is 20). A send starts with ``pool_start`` and adds connections while its rate still rises,
+    and keeps one fewer whenever the relay answers "421 too many connections"."""
+    pool_start: int = Field(default=4, ge=1, le=64)
+    """Connections a send opens first (at most ``pool_size``)."""
+    pool_adapt: bool = True
+    """``false``: open ``pool_size`` connections from the start, never more or fewer (a relay
+    refusing one as too many still gets one fewer)."""
     messages_per_connection: int = Field(default=0, ge=0, le=1_000_000)
     """Messages sent over one connection before it is closed (QUIT) and a new one opened, for
     relays that cap messages per session; 0: no cap (the connection is reused to the end)."""
@@ -115,17 +123,24 @@ class DeliverySettings(_Strict):
     process is gone (same host) is taken over at once; one from another host after this."""
     queue_size: int = Field(default=0, ge=0, le=10000)
     """Rendered messages waiting for a connection (0: twice ``smtp.pool_size``); bounds memory."""
-    crash_duplicates: Literal["one", "per_connection"] = "one"
-    """How many messages a crashed send may deliver twice (same Message-ID). ``one``: one
-    message of the whole pool at a time goes from its final dot to its committed outcome, so a
-    kill finds at most one the relay may have taken unrecorded; the relay's reply to the final
-    dot is then waited for one message at a time (a relay that takes 100 ms to answer caps a
-    send near 10 messages a second). ``per_connection``: the connections overlap there too, up
-    to ``smtp.pool_size`` duplicates per crash, for a distant relay."""
+    crash_duplicates: str | None = Field(default=None, json_schema_extra={"removed": True})
+    """Removed (the final-dot gate is gone): kept only so that a config that still sets it
+    is told what replaced it, with its file and line."""
     group_commit_wait: float = Field(default=0.005, ge=0, le=0.1)
     """Seconds a connection's "sending" mark waits for the other connections' marks, to be
     committed with them in one transaction (0: each at once). Fewer commits per digest (a third
     less database CPU on PostgreSQL); a message leaves at most this much later."""
+
+    @field_validator("crash_duplicates")
+    @classmethod
+    def _removed(cls, value: str | None) -> None:
+        if value is not None:
+            raise ValueError(
+                "was removed: a send now keeps a message in flight on every connection (a "
+                "crash may leave one duplicate per open connection, with its original "
+                "Message-ID; docs/delivery.md); delete this line"
+            )
+        return None
 
 
 class AlertSettings(_Strict):

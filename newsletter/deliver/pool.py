@@ -1,41 +1,42 @@
-"""The sender pool: N relay connections, a rate limit, and each outcome in the ledger.
+"""The sender pool: relay connections as many as the relay takes, one pace, each outcome recorded.
 
 The run loop (:func:`newsletter.edition.loop.send_editions`) ranks and renders on its own thread
 and hands each claimed, built message to a :class:`SendPool` through a bounded queue (memory
-stays flat). Each of the pool's ``smtp.pool_size`` threads owns one reused relay connection (a
-:class:`~newsletter.deliver.Mailer`) and, per message:
+stays flat). The pool has ``smtp.pool_size`` sender threads; each owns one reused relay
+connection (a :class:`~newsletter.deliver.Mailer`) while it holds one of the
+:class:`~newsletter.deliver.pace.Connections` slots: a run starts with a few connections and
+adds more while the rate still rises with them, up to ``smtp.pool_size``, and gives one back
+whenever the relay answers ``421 too many connections`` (the message goes out on another
+connection, nothing fails). Per message, a sender:
 
-1. waits for the shared :class:`RateLimiter` (per second and per hour; slowed down further when
-   the relay throttles);
+1. waits for the shared :class:`~newsletter.deliver.pace.RateLimiter` (``rate_per_second``,
+   ``rate_per_hour``, and the rate the relay's throttling replies cut and time raises again);
 2. marks the edition ``sending`` in one compare-and-set that also checks the subscriber is still
    active and the claim still ours (suppression is checked at send time);
-3. hands the message to the relay (MAIL, RCPT, DATA) and, right before the final dot, takes
-   the pool's :class:`FinalDotGate`; it keeps it until the message's ``sent`` mark is committed
-   (or its ``unknown`` mark, when the line dropped after the dot; a refusal opens it at once).
-   One message of the pool at a time is thus past its final dot and not recorded: a kill
-   (SIGKILL; on PostgreSQL a power loss too, see docs/delivery.md for SQLite's) leaves at most
-   one duplicate, whatever ``smtp.pool_size``. The cost: the relay's reply to the dot and that
-   commit are serialised across the connections (the commit skips the group-commit wait);
-   everything before the dot runs on all of them at once.
-   A refusal is turned into a step (retry after a backoff, slow down, re-send once, give up,
-   suppress) by :func:`newsletter.deliver.retry.next_step`, which holds every such rule; the
-   pool applies it.
+3. hands the message to the relay (MAIL, RCPT, DATA, the final dot) and posts its ``sent``
+   mark, which the next ``begin`` on that connection (and its QUIT) waits for.
+
+Every connection has a message in flight: the relay's answer time is hidden by concurrency, not
+paid one message at a time. The price: a kill (SIGKILL; on PostgreSQL a power loss too, see
+docs/delivery.md for SQLite's) may find, on each open connection, one message past its final
+dot whose ``sent`` mark is not committed: at most one duplicate per open connection, re-sent
+with its original Message-ID; nothing is lost. A refusal is turned into a step (retry after a
+backoff, slow down, re-send once, give up, suppress) by
+:func:`newsletter.deliver.retry.next_step`, which holds every such rule; the pool applies it.
 
 A :class:`~newsletter.errors.RelayError` (relay unreachable, TLS failure, login refused) stops
-the whole pool: messages not yet handed over (those waiting at the gate included: no final dot
-is written once the pool is aborted) are given back to the ledger, nothing is marked sent, and
-the run reports the one error. So does a relay that stalls: ``smtp.max_timeouts`` replies in a
-row that did not come within ``smtp.timeout`` (one stall at a time, as the gate is held while
-the reply is awaited).
+the whole pool: messages not yet handed over are given back to the ledger, and the run reports
+the one error. So does a relay that stalls (``smtp.max_timeouts`` replies in a row that did not
+come within ``smtp.timeout``) and one that refuses every connection as too many
+(``delivery.attempts`` times in a row while no other connection is open).
 
 Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
 are recorded, the queued ones are given back; :attr:`StopRequest.at_once
-<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay, and
-the senders waiting at the gate give their messages back.
+<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
 
-The pool and the rate limiter share one ordering guarantee (each ``250`` recorded before its
+The pool and its pace share one ordering guarantee (each ``250`` recorded before its
 connection sends anything else, the claim's ``sending`` mark before the relay sees the
-message), so they stay in one module.
+message), so the senders stay in one module.
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from newsletter.config import Config
-from newsletter.deliver.ledger import LedgerWriter, PendingWrite, Signal
+from newsletter.deliver.ledger import LedgerWriter, PendingWrite
 from newsletter.deliver.message import Envelope
-from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, next_step
-from newsletter.deliver.smtp import Mailer, MailerFactory, Withheld
+from newsletter.deliver.pace import Connections, RateLimiter
+from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, backoff, next_step
+from newsletter.deliver.smtp import Crowded, Mailer, MailerFactory
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Outcome, Subscriber
 from newsletter.stopping import at_once
@@ -63,141 +65,13 @@ from newsletter.store.retry import database_away
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Job", "RateLimiter", "SendPool"]
 
-class RateLimiter:
-    """A shared pacing gate: at most ``per_second`` and ``per_hour`` messages, across threads.
-
-    ``already_this_hour`` counts messages sent in the last hour by earlier runs (from the
-    ledger), so a restarted or next-tick run does not start a fresh hour. When the relay
-    throttles, :meth:`slow_down` halves the pace (or sets one, if none was configured) and
-    pauses every sender for a moment; the slower pace holds for the rest of the run.
-    """
-
-    def __init__(
-        self,
-        per_second: float | None,
-        per_hour: int | None,
-        *,
-        already_this_hour: int = 0,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.sleep = sleep
-        self.interval = 1.0 / per_second if per_second else 0.0
-        self.per_hour = per_hour
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._next = clock()
-        self._paused_until = 0.0
-        now = clock()
-        # Earlier sends in the hour are counted as if made now: conservative, never too fast.
-        seed = min(already_this_hour, per_hour or 0)
-        self._hour: deque[float] = deque([now] * seed, maxlen=per_hour or 1)
-
-    def acquire(self, aborted: Callable[[], bool]) -> bool:
-        """Wait for the next send slot; False when ``aborted()`` turned true while waiting."""
-        with self._lock:
-            now = self.clock()
-            slot = max(now, self._next, self._paused_until)
-            if self.per_hour and len(self._hour) >= self.per_hour:
-                slot = max(slot, self._hour[0] + 3600.0)
-            self._next = slot + self.interval
-            if self.per_hour:
-                self._hour.append(slot)
-        while (left := slot - self.clock()) > 0:
-            if aborted():
-                return False
-            self.sleep(min(left, 0.2))
-        return not aborted()
-
-    def slow_down(self, pause: float) -> None:
-        """Halve the rate (down to one message a minute) and pause for ``pause`` seconds: the relay
-        throttled."""
-        with self._lock:
-            self.interval = min(60.0, self.interval * 2 if self.interval else 0.1)
-            self._paused_until = max(self._paused_until, self.clock() + pause)
-
-    @property
-    def per_second(self) -> float | None:
-        """The current rate limit in messages per second, or ``None`` when unlimited."""
-        return 1.0 / self.interval if self.interval else None
-
-
-class FinalDotGate:
-    """One message of the whole pool at a time between its final dot and its committed mark.
-
-    A sender takes it (:meth:`enter`) right before it writes a message's final dot (the mailer's
-    ``before_final_dot``) and opens it (:meth:`leave`) once the relay refused the message, or the
-    message's outcome (``sent``, or ``unknown`` after a line lost past the dot) is committed in
-    the ledger. So a kill finds at most one message that the relay may have taken and the
-    ledger does not say so. The rate limit, ``begin``, MAIL, RCPT and DATA stay outside: the
-    other connections carry on with those.
-    """
-
-    def __init__(self, give_up: Callable[[], bool]) -> None:
-        self._lock = threading.Lock()
-        self._holder = threading.local()
-        self._give_up = give_up
-        self.taken = 0
-        """Messages that went through the gate."""
-        self.held_for = 0.0
-        """Seconds it was shut, all messages together."""
-        self.first: float | None = None
-        """When it was first taken (``time.monotonic``)."""
-        self._since = 0.0
-
-    @property
-    def held(self) -> bool:
-        """Whether the calling thread holds the gate."""
-        return bool(getattr(self._holder, "held", False))
-
-    def enter(self) -> bool:
-        """Wait for the gate; False, not taken, when ``give_up()`` is true (checked every 0.2 s
-        while waiting, and once taken): the message is then withheld."""
-        if self.held:
-            return True
-        while not self._lock.acquire(timeout=0.2):
-            if self._give_up():
-                return False
-        if self._give_up():
-            self._lock.release()
-            return False
-        self._holder.held = True
-        self._since = time.monotonic()  # written holding the gate: one sender at a time
-        self.first = self.first or self._since
-        self.taken += 1
-        return True
-
-    def leave(self) -> None:
-        """Open the gate, if the calling thread holds it (so it may be called on any way out)."""
-        if self.held:
-            self._holder.held = False
-            self._open()
-
-    def _open(self) -> None:
-        self.held_for += time.monotonic() - self._since
-        self._lock.release()
-
-    def pass_on(self) -> Callable[[], None]:
-        """Hand the held gate over to whoever commits the message's outcome: the calling
-        thread no longer holds it (it may go on with its next transaction, up to that
-        message's final dot), and the returned function opens it, once."""
-        assert self.held
-        self._holder.held = False
-        opened = Signal()
-
-        def open_gate() -> None:
-            if not opened.is_set():
-                opened.set()
-                self._open()
-
-        return open_gate
-
-
-GATE_HINT_MESSAGES = 1000
-"""Messages through the final-dot gate before a run may say it held the senders back."""
-GATE_HINT_SHARE = 0.75
-"""Share of the run (from the gate's first use) the gate was shut that makes it say so."""
+HINT_MESSAGES = 200
+"""Messages a run sends before it may say what held its pace."""
+HINT_BUSY = 0.8
+"""Share of the run its connections spent waiting for the relay's answer to a final dot, at
+``smtp.pool_size`` connections, that makes a run advise more connections."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +91,8 @@ RecordFn = Callable[[Outcome, Job, str | None], None]
 
 
 class SendPool:
-    """``smtp.pool_size`` sender threads behind a bounded queue; see the module docstring."""
+    """Sender threads behind a bounded queue, as many connected as the relay takes; see the
+    module docstring."""
 
     def __init__(
         self,
@@ -247,31 +122,42 @@ class SendPool:
         """Set by a second signal: :meth:`close` stops waiting for the messages in flight."""
         self.abort = threading.Event()
         """Set when the relay is unusable, a sender crashed, or ``stop`` was set."""
-        self.gate = FinalDotGate(lambda: self.abort.is_set() or self.at_once.is_set())
-        self.one_at_a_time = self.delivery.crash_duplicates == "one"
-        """Whether senders take :attr:`gate` (``delivery.crash_duplicates``)."""
-        """Held from a final dot to its mark's commit; an aborted run writes no more final dots."""
+        self._closing = threading.Event()
+        """Set by :meth:`close`: no more jobs come; senders finish what is queued and end."""
         self.relay_error: str | None = None
         self._timeouts = 0
+        self._crowded_alone = 0
         self._local = threading.local()
-        """Per sender: its last posted ``sent`` mark (``crash_duplicates: per_connection``)."""
+        """Per sender: its last posted ``sent`` mark."""
         self.crash: BaseException | None = None
         self._probe_lock = threading.Lock()
         self._probed = threading.Event()
         smtp = config.settings.smtp
+        self.connections = Connections(
+            smtp.pool_size, initial=smtp.pool_start, fixed=not smtp.pool_adapt
+        )
+        """How many connections are open, and how many may be (see :mod:`.pace`)."""
         size = self.delivery.queue_size or 2 * smtp.pool_size
-        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=size)
+        self._queue: queue.Queue[Job] = queue.Queue(maxsize=size)
+        self._again: deque[tuple[Job, Tries]] = deque()
+        """Jobs a connection the relay refused as too many hands to the others."""
         hour = store.count_sent_since(clock() - timedelta(hours=1)) if smtp.rate_per_hour else 0
         self.limiter = RateLimiter(smtp.rate_per_second, smtp.rate_per_hour, already_this_hour=hour)
-        self.ledger = LedgerWriter(
-            store, clock, callers=smtp.pool_size, linger=self.delivery.group_commit_wait
-        )
+        self.ledger = LedgerWriter(store, clock, callers=1, linger=self.delivery.group_commit_wait)
+        self.connections.on_change = self._connections_changed
+        self._answers: list[tuple[int, float]] = []
+        """Per closed mailer: (messages, seconds from their final dots to the relay's 250)."""
+        self._started = time.monotonic()
         self._threads = [
             threading.Thread(target=self._run, name=f"smtp-sender-{i}", daemon=True)
             for i in range(smtp.pool_size)
         ]
         for th in self._threads:
             th.start()
+
+    def _connections_changed(self, active: int) -> None:
+        # a batch of "sending" marks waits for as many calls as connections are open
+        self.ledger.callers = max(1, active)
 
     # ------------------------------------------------------------------ the producer's side
 
@@ -293,98 +179,180 @@ class SendPool:
         for: they stay ``sending``, and the next run resumes them at once (their owner process
         is gone) with the same Message-ID. What is queued is given back either way.
         """
-        for _ in self._threads:
-            while not self.at_once.is_set():
-                try:
-                    self._queue.put(None, timeout=0.2)
-                    break
-                except queue.Full:
-                    if not any(th.is_alive() for th in self._threads):
-                        break
+        self._closing.set()
+        self.connections.wake()
         for th in self._threads:
             while th.is_alive() and not self.at_once.is_set():
                 th.join(0.1)
-        self._gate_hint()
         if self.at_once.is_set():
             self.abort.set()
+        self._pace_hints()
         try:
             self.ledger.close()
         except BaseException as e:
             self.crash = self.crash or e
-        while True:  # senders that died left jobs behind: give them back
+        while self._again:  # senders that died left jobs behind: give them back
+            self._release(self._again.popleft()[0])
+        while True:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
-                self._release(job)
+            self._release(job)
         if self.crash is not None:
             raise self.crash
 
-    def _gate_hint(self) -> None:
-        """Say so when the final-dot gate held the senders back most of the run: the relay is
-        slow to answer the final dot, and ``crash_duplicates: per_connection`` would overlap."""
-        gate = self.gate
-        if not self.one_at_a_time or gate.taken < GATE_HINT_MESSAGES or gate.first is None:
+    def _pace_hints(self) -> None:
+        """Say what set the run's pace, from what the relay did: its answer time, its limit
+        on connections, its throttling. One line each, with what to change."""
+        smtp = self.settings.smtp
+        messages = sum(n for n, _ in self._answers)
+        if messages < HINT_MESSAGES or self.abort.is_set():
             return
-        elapsed = time.monotonic() - gate.first
-        if elapsed <= 0 or gate.held_for / elapsed < GATE_HINT_SHARE:
-            return
-        log.warning(
-            "one message at a time went from its final dot to its recorded answer %.0f%% of "
-            "the time (%d messages): the relay's answer to the final dot set the pace, not the "
-            "%d connections. That keeps a crash to one duplicate; with a relay slow to answer, "
-            "delivery.crash_duplicates: per_connection sends faster (a crash may then leave "
-            "one duplicate per connection)",
-            100 * gate.held_for / elapsed,
-            gate.taken,
-            len(self._threads),
-        )
+        conns = self.connections
+        if conns.learned is not None:
+            log.info(
+                "the relay at %s:%d took %d connections at once and refused more as too many: "
+                "the send kept to %d",
+                smtp.host,
+                smtp.port,
+                conns.learned,
+                conns.target,
+            )
+        if self.limiter.cuts:
+            log.warning(
+                "the relay at %s:%d asked to slow down %d times: the send ended at %.1f "
+                "messages a second; setting smtp.rate_per_second: %.0f keeps under its limit "
+                "from the start",
+                smtp.host,
+                smtp.port,
+                self.limiter.cuts,
+                self.limiter.rate or 0.0,
+                self.limiter.rate or 1.0,
+            )
+        answer = sum(t for _, t in self._answers) / messages
+        elapsed = time.monotonic() - self._started
+        busy = sum(t for _, t in self._answers) / max(elapsed * max(conns.peak, 1), 1e-9)
+        if conns.peak >= smtp.pool_size and conns.learned is None and busy >= HINT_BUSY:
+            wanted = min(64, 2 * smtp.pool_size)
+            log.warning(
+                "the relay at %s:%d took %.0f ms to answer each message, and all %d connections "
+                "(smtp.pool_size) spent %.0f%% of the send waiting for it: a higher "
+                "smtp.pool_size (say %d) sends faster, if the relay allows that many connections",
+                smtp.host,
+                smtp.port,
+                1000 * answer,
+                smtp.pool_size,
+                100 * busy,
+                wanted,
+            )
 
     def _aborted(self) -> bool:
         return self.abort.is_set() or self.stop.is_set()
 
     # ------------------------------------------------------------------ the senders
 
+    def _next(self) -> tuple[Job, Tries] | None:
+        """The next job to send (one handed back first), or None once the pool is closing and
+        nothing is left (or after a short wait, to look at the slots again)."""
+        try:
+            return self._again.popleft()
+        except IndexError:
+            pass
+        try:
+            job = self._queue.get(timeout=0.2)
+        except queue.Empty:
+            return None
+        claim = job.claim
+        # an edition left unknown (or settled for a re-send) gets its one re-send now
+        resent = claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND)
+        if resent:
+            self._note(Outcome.RESENT, job, None)
+        return job, Tries(resent=resent)
+
+    def _done(self) -> bool:
+        return self._closing.is_set() and not self._again and self._queue.empty()
+
     def _run(self) -> None:
         mailer: Mailer | None = None
+        held = False
         try:
             while True:
-                job = self._queue.get()
-                if job is None:
-                    return
+                if not held:
+                    if not self.connections.enter(lambda: self._done() or self._aborted()):
+                        if self._aborted():
+                            self._drain()
+                        return
+                    held = True
+                item = self._next()
+                if item is None:
+                    if self._done():
+                        return
+                    continue
+                job, tries = item
                 if self._aborted():
                     self._release(job)
                     continue
                 if mailer is None:
                     mailer = self.factory()
+                first = False
                 if not self._probed.is_set():
                     # The run's first message goes alone: if the relay is unreachable or refuses
                     # the login, that is one connection attempt and one error, not pool_size.
                     with self._probe_lock:
-                        if not self._probed.is_set():
+                        first = not self._probed.is_set()
+                        if first:
                             try:
-                                self._handle(mailer, job)
+                                keep = self._handle(mailer, job, tries)
                             finally:
                                 self._probed.set()
-                            continue
-                self._handle(mailer, job)
+                if not first:
+                    keep = self._handle(mailer, job, tries)
+                if not keep or self.connections.over():
+                    self._hang_up(mailer)
+                    mailer = None
+                    if keep:  # over(): the slot is given back already
+                        held = False
+                        continue
+                    self.connections.leave()
+                    held = False
         finally:
-            # Without the gate, the last 250 on this connection is recorded before the
-            # connection says anything more (QUIT): a kill now cannot re-send a message whose
-            # 250 came back. With it, each outcome is committed already (see _send).
-            unrecorded: PendingWrite | None = getattr(self._local, "unrecorded", None)
-            if unrecorded is not None:
-                self.ledger.wait(unrecorded)
             if mailer is not None:
-                mailer.close()
+                self._hang_up(mailer)
+            if held:
+                self.connections.leave()
 
-    def _handle(self, mailer: Mailer, job: Job) -> None:
+    def _drain(self) -> None:
+        """An aborted pool: give back what is handed back (the queue is given back by close)."""
+        while True:
+            try:
+                job, _ = self._again.popleft()
+            except IndexError:
+                return
+            self._release(job)
+
+    def _hang_up(self, mailer: Mailer) -> None:
+        """QUIT, once this connection's last ``250`` is recorded: a kill now cannot re-send a
+        message whose 250 came back."""
+        unrecorded: PendingWrite | None = getattr(self._local, "unrecorded", None)
+        if unrecorded is not None:
+            self.ledger.wait(unrecorded)
+            self._local.unrecorded = None
+        mailer.close()
+        with self._record_lock:
+            self._answers.append((mailer.answers, mailer.answer_seconds))
+        mailer.answers, mailer.answer_seconds = 0, 0.0
+
+    def _handle(self, mailer: Mailer, job: Job, tries: Tries) -> bool:
+        """Send ``job``; False when this sender gives its connection up (the relay refused it
+        as one too many: the job is handed to the other senders)."""
         if self._aborted():
             self._release(job)
-            return
+            return True
         try:
-            self._deliver(mailer, job)
+            self._deliver(mailer, job, tries)
+        except Crowded as e:
+            return self._crowded(job, tries, e)
         except RelayError as e:
             with self._record_lock:
                 if self.relay_error is None:
@@ -402,6 +370,49 @@ class SendPool:
                 self.crash = self.crash or e
             self.abort.set()
             self._release(job, f"internal error: {e}")
+        return True
+
+    def _crowded(self, job: Job, tries: Tries, e: Crowded) -> bool:
+        """The relay refused this connection as one too many: the message goes back to
+        ``claimed`` (the relay does not have it) and to another connection; this one is given
+        up. Alone, the sender waits and tries again, and after ``delivery.attempts`` refusals
+        in a row the relay counts as unusable."""
+        claim, sub = job.claim, job.subscriber
+        self.ledger.call(
+            LedgerOp("mark", claim.id, sub.id, status=EditionStatus.CLAIMED, error=e.reply)
+        )
+        smtp = self.settings.smtp
+        if self.connections.crowded():
+            log.info(
+                "the relay at %s:%d refused a connection as too many (%s): sending on %d",
+                smtp.host,
+                smtp.port,
+                e.reply,
+                self.connections.target,
+            )
+            with self._record_lock:
+                self._crowded_alone = 0
+            self._again.append((job, tries))
+            return False
+        with self._record_lock:
+            self._crowded_alone += 1
+            refusals = self._crowded_alone
+        if refusals >= self.delivery.attempts:
+            with self._record_lock:
+                if self.relay_error is None:
+                    self.relay_error = (
+                        f"the relay at {smtp.host}:{smtp.port} refused every connection as too "
+                        f"many, {refusals} times in a row with none other open ({e.reply}): "
+                        "another program holds its connections; try again later"
+                    )
+            self.abort.set()
+            self._release(job, e.reply)
+            return True
+        if self._wait(backoff(refusals, self.rules.retry_delay, self.rules.retry_max_delay)):
+            self._release(job, e.reply)
+            return True
+        self._again.appendleft((job, tries))
+        return True
 
     def _note(self, outcome: Outcome, job: Job, error: str | None = None) -> None:
         with self._record_lock:
@@ -439,15 +450,12 @@ class SendPool:
             )
         self.abort.set()
 
-    def _deliver(self, mailer: Mailer, job: Job) -> None:
+    def _deliver(self, mailer: Mailer, job: Job, tries: Tries) -> None:
         """Send one job until :func:`~newsletter.deliver.retry.next_step` says stop."""
         claim, sub = job.claim, job.subscriber
-        # an edition left unknown (or settled for a re-send) gets its one re-send now
-        tries = Tries(resent=claim.earlier in (EditionStatus.UNKNOWN, EditionStatus.RESEND))
-        if tries.resent:
-            self._note(Outcome.RESENT, job, None)
         while True:
-            if not self.limiter.acquire(self._aborted) or self._aborted():
+            ticket = self.limiter.acquire(self._aborted)
+            if ticket is None or self._aborted():
                 self._release(job)
                 return
             began = self.ledger.call(LedgerOp("begin", claim.id, sub.id, self.owner))
@@ -457,37 +465,28 @@ class SendPool:
             if began == "lost":
                 self._note(Outcome.ALREADY, job)
                 return
-            try:
-                step = self._send(mailer, job, tries)
-            except Withheld:  # the run was aborted before the final dot: the relay has nothing
-                self._release(job)
-                return
-            finally:
-                self.gate.leave()  # on every way out, a crash included
+            step = self._send(mailer, job, tries)
             if step is None:
                 self._note(Outcome.SENT, job)
+                self.connections.delivered()
                 return
+            if step.then is Then.SLOW_DOWN and self.limiter.throttled(ticket):
+                log.info(
+                    "the relay throttled (%s): all connections slow down to %.1f messages a second",
+                    step.mark_error,
+                    self.limiter.rate or 0.0,
+                )
             if not self._apply(step, job):
                 return
             tries = step.tries
 
     def _send(self, mailer: Mailer, job: Job, tries: Tries) -> Step | None:
-        """Hand ``job`` to the relay and commit what became of it: None once its ``sent`` mark is
-        committed, else the step after the refusal (its mark committed too).
-
-        The pool's :attr:`gate` is taken right before the final dot (the mailer waits for it),
-        so from there to the commit of the mark this is the only message of the pool: a kill
-        leaves at most one message the relay may have that the ledger does not call ``sent``
-        or ``unknown``. A clean refusal opens the gate as soon as it is read (the relay said
-        no); the caller opens it on every other way out. The mark, written holding the gate,
-        is committed without the group-commit wait (the other senders cannot join it).
-        """
+        """Hand ``job`` to the relay and post what became of it: None once its ``sent`` mark is
+        posted, else the step after the refusal (its mark committed)."""
         claim, sub = job.claim, job.subscriber
         try:
-            mailer.send(job.envelope, self.gate.enter if self.one_at_a_time else None)
+            mailer.send(job.envelope)
         except DeliveryError as e:
-            if not e.ambiguous:
-                self.gate.leave()
             self._stalled(e)
             step = next_step(
                 Refusal.of(e),
@@ -508,35 +507,22 @@ class SendPool:
                         status=step.mark,
                         error=step.mark_error,
                         paper_ids=papers,
-                    ),
-                    urgent=self.gate.held,
+                    )
                 )
             return step
         self._stalled(None)
-        mark = LedgerOp(
-            "mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids
-        )
         # Not waited for here: the next transaction on this connection starts with a ``begin``
         # call, applied after this mark (in order, often in the same commit), and the
-        # connection's QUIT waits for it (see _run). Holding the gate, the mark is committed at
-        # once and the writer opens the gate after the commit: no other final dot goes out
-        # before this 250 is recorded, while this connection starts its next message.
-        if self.gate.held:
-            open_gate = self.gate.pass_on()
-
-            def committed() -> None:
-                if self.ledger.failed is not None:  # not recorded: no other final dot may go
-                    self.abort.set()
-                open_gate()
-
-            self._local.unrecorded = self.ledger.post(mark, urgent=True, then=committed)
-        else:  # crash_duplicates: per_connection
-            self._local.unrecorded = self.ledger.post(mark)
+        # connection's QUIT waits for it (see _hang_up). A kill before that commit leaves this
+        # message to be re-sent with its Message-ID: one per open connection at most.
+        self._local.unrecorded = self.ledger.post(
+            LedgerOp("mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids)
+        )
         return None
 
     def _apply(self, step: Step, job: Job) -> bool:
-        """Count ``step`` (its mark is written: :meth:`_send`) and wait or slow down as it says;
-        True to send again."""
+        """Count ``step`` (its mark is written: :meth:`_send`) and wait as it says; True to send
+        again."""
         claim, sub = job.claim, job.subscriber
         suppressed = step.permanent_failure and bool(
             self.ledger.call(
@@ -551,9 +537,7 @@ class SendPool:
         if outcome is Outcome.FAILED and suppressed:
             outcome = Outcome.SUPPRESSED
         self._note(outcome, job, step.error)
-        if step.then is Then.SLOW_DOWN:
-            self.limiter.slow_down(step.delay)
-        elif step.then is Then.RETRY and self._wait(step.delay):
+        if step.then in (Then.RETRY, Then.SLOW_DOWN) and self._wait(step.delay):
             self.store.release_edition(claim.id, error=step.mark_error)
             self._note(Outcome.RELEASED, job, step.mark_error)
             return False

@@ -22,6 +22,11 @@ from newsletter.models import EditionStatus, Outcome
 _RNG = random.Random()
 
 
+THROTTLE_WAIT = 0.5
+"""Seconds a throttled message waits before its first new try (doubling with each further
+throttle of it); the whole pool slows down through the shared rate, not through this wait."""
+
+
 def backoff(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Seconds to wait after failed try number ``attempt`` (1-based): doubling, capped, jittered
     by ``rng`` (a pool's own; pass a seeded one for a reproducible run)."""
@@ -103,7 +108,8 @@ class Then(Enum):
     RESEND = "resend"
     """Send again at once (the one re-send of an ambiguous drop)."""
     SLOW_DOWN = "slow_down"
-    """Slow every sender down, pause ``delay`` seconds, then send again."""
+    """Cut the pool's shared rate (:meth:`~newsletter.deliver.pace.RateLimiter.throttled`),
+    wait ``delay`` seconds, then send again."""
     RETRY = "retry"
     """Wait ``delay`` seconds (unless the run stops), then send again."""
     STOP = "stop"
@@ -148,7 +154,8 @@ def next_step(
       re-sends it instead of waiting as long again) or the run is stopping.
     - A temporary refusal is marked back to ``claimed`` before any wait: the relay does not
       have the message, and a kill during the wait must not make it look like it may have
-      arrived. A throttle slows down (``delivery.throttle_retries`` times); other temporary
+      arrived. A throttle slows the pool down and waits :data:`THROTTLE_WAIT` (doubling)
+      before the message's next try (``delivery.throttle_retries`` times); other temporary
       refusals are retried after a backoff (``delivery.attempts`` tries in all).
     - Giving up: ``failed`` (a permanent 5xx at RCPT counts towards suppression), or
       ``resend_refused`` when an earlier attempt with the same Message-ID may have arrived:
@@ -178,7 +185,7 @@ def next_step(
             replace(tries, throttles=throttles),
             back,
             r.reason,
-            delay=backoff(throttles, rules.retry_delay, rules.retry_max_delay, rng),
+            delay=backoff(throttles, THROTTLE_WAIT, rules.retry_max_delay, rng),
         )
     attempt = tries.attempt + 1
     now = replace(tries, attempt=attempt)

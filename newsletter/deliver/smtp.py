@@ -3,8 +3,11 @@
 :class:`SmtpMailer` hands messages to any relay (plain, STARTTLS or implicit TLS; AUTH) over
 one reused connection and turns every failure into a :class:`DeliveryError` (one message:
 temporary, permanent, throttled, or ambiguous when the line dropped after the final dot) or a
-:class:`RelayError` (the relay itself is unusable: stop the run). The pool, rate limit,
-retries and ledger outcomes live in :mod:`.pool`.
+:class:`RelayError` (the relay itself is unusable: stop the run), and a connection the relay
+refused as one too many into :class:`Crowded`. The pool, rate limit, retries and ledger outcomes
+live in :mod:`.pool` and :mod:`.pace`. One module, though long: every way a relay answers is
+read in one place, next to the transaction that meets it (greeting check, PIPELINING, the RFC
+1047 window), so that each reply's meaning is decided once.
 """
 
 from __future__ import annotations
@@ -25,19 +28,16 @@ from newsletter.deliver.message import Envelope, wire_data
 from newsletter.deliver.retry import Refusal
 from newsletter.errors import DeliveryError, RelayError
 
-FinalDot = Callable[[], bool]
-"""Called right before a message's final dot is written; False withholds the message."""
-
 
 class Mailer(Protocol):
-    def send(self, envelope: Envelope, before_final_dot: FinalDot | None = None) -> None:
-        """Hand the message to the relay; raises :class:`DeliveryError` or :class:`RelayError`.
+    answers: int
+    """Messages the relay took (the pool reads and resets it when the connection closes)."""
+    answer_seconds: float
+    """Seconds, all of them together, from their final dots to the relay's ``250``."""
 
-        ``before_final_dot`` is called once the message's data is written, right before its
-        final dot (after it, the relay may have the message). It may wait; when it returns
-        False the message is withheld: the connection is dropped without the final dot (the
-        relay discards what it got) and :class:`Withheld` is raised.
-        """
+    def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay; raises :class:`DeliveryError`, :class:`Crowded` or
+        :class:`RelayError`."""
 
     def close(self) -> None:
         """Close the connection, if one is open."""
@@ -46,8 +46,14 @@ class Mailer(Protocol):
 MailerFactory = Callable[[], Mailer]
 
 
-class Withheld(Exception):
-    """The ``before_final_dot`` of :meth:`Mailer.send` withheld the message: it was not sent."""
+class Crowded(Exception):
+    """The relay refused a connection as one too many: a ``4xx`` greeting, or ``421 too many
+    connections`` in the session. It does not have the message, and the connection is closed;
+    the pool gives the slot back and sends the message on another connection."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        super().__init__(reply)
 
 
 def _reply_text(resp: bytes | str) -> str:
@@ -55,10 +61,22 @@ def _reply_text(resp: bytes | str) -> str:
 
 
 _THROTTLE = re.compile(r"rate.?limit|too many|throttl|slow down|exceeded", re.IGNORECASE)
+_CROWDED = re.compile(
+    r"too many (?:\S+ )?(?:connections|sessions|concurrent|simultaneous|clients)"
+    r"|connection (?:limit|count)|concurrency limit",
+    re.IGNORECASE,
+)
+
+
+def is_crowded(code: int, text: str) -> bool:
+    """A 421 that says the relay has too many connections (from us): close one, not slow down."""
+    return code == 421 and bool(_CROWDED.search(text))
 
 
 def is_throttle(code: int, text: str) -> bool:
     """454, or a temporary reply that says the sender goes too fast: slow down, not a failure."""
+    if is_crowded(code, text):
+        return False
     return code == 454 or (400 <= code < 500 and bool(_THROTTLE.search(text)))
 
 
@@ -102,6 +120,8 @@ class _Tracking(smtplib.SMTP):
 
     stage = "CONNECT"
     final_dot_sent = False
+    answered_in = 0.0
+    """Seconds the relay took to answer the last final dot."""
     _greeted = False
 
     def getreply(self) -> tuple[int, bytes]:
@@ -190,6 +210,10 @@ class SmtpMailer:
         self._conn: _Tracking | None = None
         self._sent_on_conn = 0
         self._tls: ssl.SSLContext | None = None
+        self.answers = 0
+        """Messages the relay took on this mailer's connections."""
+        self.answer_seconds = 0.0
+        """Seconds, all of them together, from their final dot to the relay's ``250``."""
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS settings for this relay (system CAs, hostname checked), built once: loading
@@ -221,6 +245,15 @@ class SmtpMailer:
                     conn.starttls(context=self.tls_context())
             if s.username:
                 conn.login(s.username, s.password() or "")
+        except smtplib.SMTPConnectError as e:
+            _close_quietly(conn)
+            if 400 <= e.smtp_code < 500:  # "421 too many connections": come back with fewer
+                raise Crowded(f"{e.smtp_code} {_reply_text(e.smtp_error)}") from e
+            raise RelayError(
+                f"the relay at {self._where()} refused the connection: {e.smtp_code} "
+                f"{_reply_text(e.smtp_error)}; check smtp.host, smtp.port and the relay's access "
+                "rules for this machine"
+            ) from e
         except _NoGreeting as e:
             _close_quietly(conn)
             said = f"it said {e.said!r}" if e.said else ""
@@ -258,26 +291,25 @@ class SmtpMailer:
                 f"cannot reach the relay at {self._where()}: {e}; check smtp.host and smtp.port"
             ) from e
         if conn.sock is not None:
-            # The final dot goes in a write of its own after the data (see _transact): without
-            # this, Nagle's algorithm holds it until the relay acknowledges the data, which a
-            # relay delays (delayed ACK), costing up to 40 ms a message.
+            # Small writes (the pipelined MAIL, RCPT and DATA, a message's tail) go at once:
+            # without this, Nagle's algorithm holds one until the relay acknowledges the last,
+            # which a relay delays (delayed ACK), costing up to 40 ms a message.
             with contextlib.suppress(OSError):
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sent_on_conn = 0
         return conn
 
-    def send(self, envelope: Envelope, before_final_dot: FinalDot | None = None) -> None:
-        """Hand the message to the relay on the open connection (opened first when needed);
-        ``before_final_dot`` as in :meth:`Mailer.send`."""
+    def send(self, envelope: Envelope) -> None:
+        """Hand the message to the relay on the open connection (opened first when needed)."""
         try:
-            self._send_once(envelope, before_final_dot)
+            self._send_once(envelope)
         except _ClosedWhileIdle:
             # The relay closed a connection we had not used for a while (idle timeout): that is
             # not the message's fault. Reopen once and send; a second failure counts.
             self._drop()
-            self._send_once(envelope, before_final_dot)
+            self._send_once(envelope)
 
-    def _send_once(self, envelope: Envelope, before_final_dot: FinalDot | None) -> None:
+    def _send_once(self, envelope: Envelope) -> None:
         cap = self.smtp.messages_per_connection
         if self._conn is not None and cap and self._sent_on_conn >= cap:
             self.close()  # QUIT, then a fresh connection: some relays cap messages per session
@@ -302,20 +334,21 @@ class SmtpMailer:
                     )
                 options.append("SMTPUTF8")
             data = wire_data(envelope)
-            self._transact(conn, envelope.sender, wire_rcpt, options, data, before_final_dot)
-        except Withheld:
-            self._drop()  # mid-DATA, no final dot: the relay discards the message
-            raise
+            self._transact(conn, envelope.sender, wire_rcpt, options, data)
         except InvalidAddress as e:
             raise DeliveryError(rcpt, str(e), code=None, temporary=False, stage="RCPT") from e
         except smtplib.SMTPRecipientsRefused as e:
             code, resp = next(iter(e.recipients.values()))
+            self._crowded(code, resp)
             self._fail(rcpt, "RCPT", code, _reply_text(resp), e, drop=is_temporary(code))
         except smtplib.SMTPSenderRefused as e:
+            self._crowded(e.smtp_code, e.smtp_error)
             self._fail(rcpt, "MAIL", e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
         except smtplib.SMTPDataError as e:
+            self._crowded(e.smtp_code, e.smtp_error)
             self._fail(rcpt, "DATA", e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
         except smtplib.SMTPResponseException as e:
+            self._crowded(e.smtp_code, e.smtp_error)
             self._fail(rcpt, conn.stage, e.smtp_code, _reply_text(e.smtp_error), e, drop=True)
         except smtplib.SMTPServerDisconnected as e:
             self._lost(rcpt, conn, e)
@@ -331,6 +364,16 @@ class SmtpMailer:
         except OSError as e:
             self._lost(rcpt, conn, e)
         self._sent_on_conn += 1
+        self.answers += 1
+        self.answer_seconds += conn.answered_in
+
+    def _crowded(self, code: int, resp: bytes | str) -> None:
+        """Raise :class:`Crowded` for a ``421 too many connections`` (the connection is dropped;
+        a 421 at the final dot too: the relay refused the message, it does not have it)."""
+        text = _reply_text(resp)
+        if is_crowded(code, text):
+            self._drop()
+            raise Crowded(f"{code} {text}")
 
     @staticmethod
     def _transact(
@@ -339,10 +382,8 @@ class SmtpMailer:
         rcpt: str,
         options: list[str],
         data: bytes,
-        before_final_dot: FinalDot | None = None,
     ) -> None:
-        """MAIL, RCPT, DATA for one recipient; raises what ``smtplib.SMTP.sendmail`` raises
-        (and :class:`Withheld`, when ``before_final_dot`` returns False).
+        """MAIL, RCPT, DATA for one recipient; raises what ``smtplib.SMTP.sendmail`` raises.
 
         Written out rather than ``sendmail``: the addresses are already in envelope form (no
         ``quoteaddr`` parsing) and ``data`` is already in wire form (see :func:`wire_data`).
@@ -403,18 +444,11 @@ class SmtpMailer:
         if code != 354:
             _abandon(conn, code)
             raise smtplib.SMTPDataError(code, resp)
-        if before_final_dot is None:
-            conn.send(data + b".\r\n")
-        else:
-            # The data first: without its final dot the relay cannot deliver it (a connection
-            # lost now makes it discard the message), and it reads the data meanwhile, so
-            # whatever ``before_final_dot`` waits for, the relay is not idle for it.
-            conn.send(data)
-            if not before_final_dot():
-                raise Withheld
-            conn.send(b".\r\n")
+        conn.send(data + b".\r\n")
         conn.final_dot_sent = True
+        dot = time.monotonic()
         code, resp = conn.getreply()
+        conn.answered_in = time.monotonic() - dot
         if code != 250:
             _abandon(conn, code)
             raise smtplib.SMTPDataError(code, resp)

@@ -33,7 +33,7 @@ def test_good_config_parses() -> None:
     settings, _ = parse_config(GOOD, "cfg.yaml")
     assert settings.topic("moe").keywords == [["MoE", "mixture of experts"]]
     assert settings.subscribers[0].email == "ada@example.org"
-    assert settings.smtp.pool_size == 4  # defaults filled in
+    assert settings.smtp.pool_size == 20 and settings.smtp.pool_start == 4  # defaults filled in
 
 
 def test_unknown_key_names_file_line_and_path() -> None:
@@ -145,3 +145,15 @@ def test_shipped_example_and_demo_configs_are_valid() -> None:
     demo = load_config(root / "demo.yaml")
     assert len(demo.settings.subscribers) == 3
     assert len({tuple(s.topics) for s in demo.settings.subscribers}) == 3
+
+
+def test_the_removed_crash_duplicates_key_says_what_replaced_it(tmp_path: Path) -> None:
+    """``delivery.crash_duplicates`` (the final-dot gate) is gone: a config that still sets it
+    gets one line naming the file, the line and what to do, not an unknown-key error."""
+    path = tmp_path / "old.yaml"
+    path.write_text("delivery:\n  crash_duplicates: one\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert f"{path}:2" in message and "crash_duplicates" in message, message
+    assert "one duplicate per open connection" in message and "delete this line" in message

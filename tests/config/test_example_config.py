@@ -18,6 +18,9 @@ def settings_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
     """Every key path the settings models accept: ``smtp.host``, ``sources[].enabled``..."""
     paths: set[str] = set()
     for name, field in model.model_fields.items():
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("removed"):
+            continue  # a removed key, kept only to say what replaced it
         path = f"{prefix}{field.alias or name}"
         paths.add(path)
         pending: list[Any] = [field.annotation]

@@ -1,5 +1,5 @@
-"""The sender pool's pure parts: rate limit, backoff, throttle and temporary classification,
-and telling a dead claim owner from a live one."""
+"""The sender pool's pure parts: rate limit, backoff, throttle, crowding and temporary
+classification, and telling a dead claim owner from a live one."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from newsletter.deliver import is_temporary, is_throttle
 from newsletter.deliver.ledger import owner_gone, run_owner
 from newsletter.deliver.pool import RateLimiter
 from newsletter.deliver.retry import backoff
+from newsletter.deliver.smtp import is_crowded
 
 
 class FakeTime:
@@ -64,18 +65,6 @@ def test_per_hour_counts_what_earlier_runs_sent() -> None:
     assert first == pytest.approx(1000.0 + 3600)
 
 
-def test_slow_down_halves_the_pace_and_pauses() -> None:
-    t = FakeTime()
-    limiter = RateLimiter(10, None, clock=t.clock, sleep=t.sleep)
-    limiter.slow_down(2.0)
-    assert limiter.per_second == pytest.approx(5)
-    times = send_times(limiter, t, 2)
-    assert times[0] == pytest.approx(1002.0) and times[1] - times[0] == pytest.approx(0.2)
-    unlimited = RateLimiter(None, None, clock=t.clock, sleep=t.sleep)
-    unlimited.slow_down(0)
-    assert unlimited.per_second == pytest.approx(10)  # a pace is set where there was none
-
-
 def test_acquire_gives_up_when_the_run_stops() -> None:
     t = FakeTime()
     limiter = RateLimiter(None, 1, clock=t.clock, sleep=t.sleep)
@@ -93,7 +82,9 @@ def test_backoff_doubles_up_to_the_cap_with_jitter() -> None:
     ("code", "text", "throttle"),
     [
         (454, "4.7.0 TLS not available", True),
-        (421, "4.7.0 Too many connections from your host", True),
+        (421, "4.7.0 Too many connections from your host", False),  # fewer connections
+        (421, "4.7.0 Try again later, closing connection", False),
+        (451, "4.7.0 too many messages, slow down", True),
         (451, "4.7.1 rate limit exceeded, slow down", True),
         (450, "4.2.0 greylisted, try again later", False),
         (451, "4.3.0 mailbox busy", False),
@@ -102,6 +93,21 @@ def test_backoff_doubles_up_to_the_cap_with_jitter() -> None:
 )
 def test_throttle_replies(code: int, text: str, throttle: bool) -> None:
     assert is_throttle(code, text) is throttle
+
+
+@pytest.mark.parametrize(
+    ("code", "text", "crowded"),
+    [
+        (421, "4.7.0 Too many connections from your host", True),
+        (421, "4.3.2 too many concurrent SMTP connections; please try again later", True),
+        (421, "4.7.0 connection limit reached", True),
+        (421, "4.7.0 Try again later, closing connection", False),
+        (454, "4.7.0 too many connections", False),  # only a 421 closes the session
+        (451, "4.7.1 rate limit exceeded", False),
+    ],
+)
+def test_crowded_replies(code: int, text: str, crowded: bool) -> None:
+    assert is_crowded(code, text) is crowded
 
 
 def test_temporary_codes() -> None:

@@ -14,7 +14,6 @@ import smtplib
 import socket
 import socketserver
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +23,6 @@ from hypothesis import strategies as st
 from newsletter.config import SmtpSettings
 from newsletter.deliver import Envelope, SmtpMailer, wire_data
 from newsletter.deliver.mime import QuotedPrintable
-from newsletter.deliver.smtp import Withheld
 from newsletter.errors import DeliveryError
 from newsletter.render import RenderedDigest
 from tests.conftest import SmtpServer
@@ -239,45 +237,6 @@ def test_a_mailer_builds_its_tls_settings_once() -> None:
 
 def _received(scripted: type[_Scripted]) -> bytes:
     return b"".join(scripted.reads)
-
-
-def test_the_data_reaches_the_relay_before_the_final_dot_is_waited_for(
-    scripted: type[_Scripted],
-) -> None:
-    """With a final-dot hook (the pool's gate) the data goes first: the relay reads it while the
-    hook waits, and the final dot follows in a write of its own once the hook says go."""
-    envelope = build(dotted_digest())
-    body = wire_data(envelope)
-    seen: list[bool] = []
-
-    def before_final_dot() -> bool:
-        deadline = time.monotonic() + 10
-        while body not in _received(scripted) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        seen.append(body in _received(scripted))
-        seen.append(b"\r\n.\r\n" in _received(scripted).split(b"DATA\r\n", 1)[-1])
-        return True
-
-    port = scripted.port  # type: ignore[attr-defined]
-    with SmtpMailer(SmtpSettings(host="127.0.0.1", port=port, timeout=10)) as m:
-        m.send(envelope, before_final_dot)
-    assert seen == [True, False], "the data was not at the relay, or the dot came with it"
-    assert _received(scripted).count(body + b".\r\n") == 1
-
-
-def test_a_message_withheld_at_its_final_dot_is_dropped_with_its_data(
-    scripted: type[_Scripted],
-) -> None:
-    """The relay has the data but never the final dot: the mailer drops the connection, so the
-    relay discards the message, and the next message goes on a new connection."""
-    port = scripted.port  # type: ignore[attr-defined]
-    with SmtpMailer(SmtpSettings(host="127.0.0.1", port=port, timeout=10)) as m:
-        with pytest.raises(Withheld):
-            m.send(build(dotted_digest()), lambda: False)
-        assert _received(scripted).count(b"\r\n.\r\n") == 0
-        m.send(build(dotted_digest()))
-    assert _received(scripted).count(b"\r\n.\r\n") == 1
-    assert sum(r.upper().startswith(b"EHLO") for r in scripted.reads) == 2  # a new connection
 
 
 def test_the_relay_connection_sends_small_writes_at_once(smtp_server: SmtpServer) -> None:
