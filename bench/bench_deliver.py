@@ -17,7 +17,6 @@ for the CPU like a real relay on the same machine would, not for this process's 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import secrets
 import smtplib
@@ -109,9 +108,6 @@ def write_config(tmp: Path, port: int, db: Path) -> Path:
             {"name": "rendering", "title": "Neural rendering", "keywords": [["NeRF", "neural radiance fields"], "rendering", "diffusion"]},
         ],
     }  # fmt: skip
-    duplicates = os.environ.get("NEWSLETTER_BENCH_CRASH_DUPLICATES")
-    if duplicates:  # one (the default) | per_connection: the final-dot gate's cost
-        data["delivery"] = {"crash_duplicates": duplicates}
     path = tmp / "newsletter.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -6,9 +6,7 @@ afterwards) is seeded as :mod:`bench.bench_scale` seeds it (2,000 papers first s
 five days, 40 topics, each subscriber following 1-3), then the real command line runs in a
 subprocess: ``newsletter --config FILE send --now``, SMTP pool of 4, into an aiosmtpd sink in a
 process of its own (:mod:`bench.smtp_counter`; ``NEWSLETTER_BENCH_SINK=counter`` for the bare
-counting sink). ``NEWSLETTER_BENCH_CRASH_DUPLICATES=per_connection`` sets
-``delivery.crash_duplicates`` for this code's sends (not the baseline's): the final-dot gate's
-cost.
+counting sink).
 
 The limit, in the same run, right after each backend's send: raw ``smtplib`` ``sendmail`` of a
 typical digest of that send (the received message whose size is closest to the median, read back
@@ -420,9 +418,6 @@ def write_config(path: Path, db: Database, port: int, topics: list[dict[str, Any
 
     data = config_data(db.url, port, topics)
     data["smtp"]["pool_size"] = POOL
-    duplicates = os.environ.get("NEWSLETTER_BENCH_CRASH_DUPLICATES")
-    if duplicates:  # one (the default) | per_connection: the final-dot gate's cost
-        data.setdefault("delivery", {})["crash_duplicates"] = duplicates
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -1,0 +1,350 @@
+"""``newsletter send --now`` against a relay across the internet: does concurrency hide its answer time?
+
+``python -m bench relay`` (``--subscribers N``, default 10,000): for each backend (SQLite, and
+PostgreSQL when it runs here) and each relay answer time L in 0, 20, 100 and 400 ms, a fresh
+database seeded as :mod:`bench.bench_send` seeds it (2,000 papers with their vectors, 40 topics)
+and the real command line with the **shipped defaults** (no ``smtp.pool_size``, no rate) sending
+to :mod:`bench.relay_sim` in a process of its own: a relay that answers each final dot after L
+ms and takes 16 connections at once (the 17th is greeted ``421 too many connections``). One
+more send per backend goes to a relay that takes 6 connections and 40 messages a second (a
+``MAIL`` beyond it: ``454 Throttling failure``, Amazon SES's words), answering in 20 ms.
+
+Per row: messages a second while the relay accepted (first to last acceptance), the most
+connections open at once, the share of **raw smtplib** (``sendmail`` of the send's typical
+message over as many reused connections as the send had open, to a fresh relay of the same
+kind), and the share of **the limit**: ``min(connections allowed / L, quota, the same backend's
+send at L = 0)``; the relay's throttling replies, duplicates and connections refused; the
+command's CPU per digest and peak RSS (``os.wait4``).
+
+``--baseline DIR``: the same sends at L = 0 and 100 ms by the code checked out in DIR (run with
+this interpreter, ``PYTHONPATH=DIR``, its own defaults), in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import smtplib
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import yaml
+
+from bench import summary
+from bench.bench_send import ROOT, Database, pg_reason, seed, seed_vectors, topic_list
+
+DELAYS = (0, 20, 100, 400)
+CONNECTIONS = 16
+QUOTA = (6, 40.0, 20)
+"""The throttling relay: connections, messages a second, answer time in ms."""
+
+
+class Relay:
+    """:mod:`bench.relay_sim` in a process of its own."""
+
+    def __init__(self, tmp: Path, name: str, *, dot: float, connections: int, quota: float = 0):
+        from newsletter.sink import free_port
+
+        self.port = free_port()
+        self.stats = tmp / f"{name}.relay.json"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.relay_sim",
+                str(self.port),
+                "--dot",
+                str(dot),
+                "--connections",
+                str(connections),
+                "--quota",
+                str(quota),
+                "--stats",
+                str(self.stats),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the relay simulator did not start")
+
+    def stop(self) -> dict[str, Any]:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.stdout is not None
+        self.proc.stdout.read()
+        self.proc.stdout.close()
+        self.proc.wait()
+        stats: dict[str, Any] = json.loads(self.stats.read_text())
+        stats["typical"] = self.stats.with_suffix(".eml").read_bytes()
+        return stats
+
+
+@dataclass
+class Row:
+    code: str
+    backend: str
+    delay_ms: int
+    allowed: int
+    quota: float
+    subscribers: int
+    delivered: int
+    recipients: int
+    duplicates: int
+    throttled: int
+    refused: int
+    peak: int
+    rate: float
+    wall: float
+    cpu_ms: float
+    peak_rss_mb: float
+    raw_rate: float | None = None
+    limit: float | None = None
+
+    @property
+    def raw_share(self) -> float | None:
+        return self.rate / self.raw_rate if self.raw_rate else None
+
+    @property
+    def limit_share(self) -> float | None:
+        return self.rate / self.limit if self.limit else None
+
+
+def write_config(path: Path, db: Database, port: int, topics: list[dict[str, Any]]) -> Path:
+    """The benchmark's config with the shipped delivery defaults (no pool size, no rate)."""
+    from bench.bench_scale import config_data
+
+    data = config_data(db.url, port, topics)
+    data["smtp"].pop("pool_size", None)
+    data["smtp"]["timeout"] = 60
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_send(config: Path, log: Path, code: Path | None) -> tuple[float, Any]:
+    """``newsletter --config CONFIG send --now`` by this code, or by the checkout ``code``."""
+    argv = [sys.executable, "-m", "newsletter", "--config", str(config), "send", "--now"]
+    env = {**os.environ}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=code or ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: some messages failed
+        raise RuntimeError(f"send failed ({status}): {log.read_text()[-3000:]}")
+    return wall, ru
+
+
+def raw_smtplib(port: int, n: int, data: bytes, connections: int) -> float:
+    """``n`` sendmail calls of ``data`` over ``connections`` reused connections: messages a
+    second."""
+    counter = iter(range(n))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        conn = smtplib.SMTP("127.0.0.1", port, timeout=60)
+        try:
+            while True:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                conn.sendmail("digest@papers.example.org", [f"raw{i:06d}@example.org"], data)
+        finally:
+            conn.quit()
+
+    threads = [threading.Thread(target=worker) for _ in range(connections)]
+    started = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return n / (time.perf_counter() - started)
+
+
+def measure(
+    tmp: Path,
+    backend: str,
+    n: int,
+    topics: list[dict[str, Any]],
+    *,
+    dot: int,
+    allowed: int,
+    quota: float = 0.0,
+    code: Path | None = None,
+) -> Row:
+    name = f"{backend}-{dot}-{allowed}-{int(quota)}-{'base' if code else 'this'}"
+    print(f"  {name}: send --now, {n:,} subscribers", file=sys.stderr, flush=True)
+    db = Database.create(backend, tmp)
+    try:
+        seed(db, n, topics)
+        relay = Relay(tmp, name, dot=dot, connections=allowed, quota=quota)
+        try:
+            config = write_config(tmp / f"{name}.yaml", db, relay.port, topics)
+            seed_vectors(config)
+            wall, ru = run_send(config, tmp / f"{name}.log", code)
+        finally:
+            got = relay.stop()
+    finally:
+        db.drop()
+    span = (got["last"] or 0) - (got["first"] or 0)
+    rate = got["messages"] / span if span > 0 else 0.0
+    row = Row(
+        code="baseline" if code else "this",
+        backend=backend,
+        delay_ms=dot,
+        allowed=allowed,
+        quota=quota,
+        subscribers=n,
+        delivered=got["messages"],
+        recipients=got["recipients"],
+        duplicates=got["duplicates"],
+        throttled=got["throttled"],
+        refused=got["refused_connections"],
+        peak=got["peak_connections"],
+        rate=rate,
+        wall=wall,
+        cpu_ms=1000 * (ru.ru_utime + ru.ru_stime) / max(1, got["messages"]),
+        peak_rss_mb=ru.ru_maxrss / 1024,
+    )
+    if not quota and got["typical"] and row.peak:
+        raw_relay = Relay(tmp, f"{name}-raw", dot=dot, connections=allowed)
+        try:
+            count = min(n, max(300, 40 * row.peak))
+            row.raw_rate = raw_smtplib(raw_relay.port, count, got["typical"], row.peak)
+        finally:
+            raw_relay.stop()
+    print(f"  {json.dumps(asdict(row))}", file=sys.stderr, flush=True)
+    return row
+
+
+def main(quick: bool, subscribers: int = 10_000, baseline: Path | None = None) -> str:
+    n = 600 if quick else subscribers
+    delays = (0, 100) if quick else DELAYS
+    topics = topic_list()
+    backends = ["sqlite"]
+    notes: list[str] = []
+    reason = pg_reason()
+    if reason is None:
+        backends.append("postgresql")
+    else:
+        notes.append(f"PostgreSQL skipped: {reason}")
+    rows: list[Row] = []
+    with TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for backend in backends:
+            local: float | None = None
+            for dot in delays:
+                row = measure(tmp, backend, n, topics, dot=dot, allowed=CONNECTIONS)
+                if dot == 0:
+                    local = row.rate
+                caps = [c for c in (CONNECTIONS / (dot / 1000) if dot else None, local) if c]
+                row.limit = min(caps)
+                rows.append(row)
+            allowed, quota, dot = QUOTA
+            row = measure(tmp, backend, n, topics, dot=dot, allowed=allowed, quota=quota)
+            row.limit = min(c for c in (allowed / (dot / 1000), quota, local) if c)
+            rows.append(row)
+            if baseline is not None:
+                for dot in (0, 100):
+                    row = measure(
+                        tmp, backend, n, topics, dot=dot, allowed=CONNECTIONS, code=baseline
+                    )
+                    caps = [c for c in (CONNECTIONS / (dot / 1000) if dot else None, local) if c]
+                    row.limit = min(caps)
+                    rows.append(row)
+    return report(rows, n, baseline, notes)
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def report(rows: list[Row], n: int, baseline: Path | None, notes: list[str]) -> str:
+    out = [
+        "## Relay pace: a send against a relay 0-400 ms away (issue 41)",
+        "",
+        f"`newsletter send --now`, {n:,} subscribers, shipped defaults, into `bench/relay_sim.py`"
+        f" (16 connections allowed; the quota row: 6 connections, 40 messages a second, 20 ms).",
+        "msg/s: while the relay accepted. raw: raw smtplib over as many connections as the send"
+        " had open. limit: min(connections allowed / L, quota, the same backend's send at L = 0).",
+        "",
+        "| code | backend | L (ms) | relay allows | delivered | msg/s | connections (peak) "
+        "| share of raw | share of limit | throttled | refused conns | duplicates "
+        "| CPU ms/digest | peak RSS MB | wall s |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        allows = f"{r.allowed} conns" + (f", {r.quota:g}/s" if r.quota else "")
+        out.append(
+            f"| {r.code} | {r.backend} | {r.delay_ms} | {allows} | {r.delivered:,} / "
+            f"{r.subscribers:,} | {r.rate:.1f} | {r.peak} | {_f(r.raw_share, '.2f')} | "
+            f"{_f(r.limit_share, '.2f')} | {r.throttled} | {r.refused} | {r.duplicates} | "
+            f"{r.cpu_ms:.2f} | {r.peak_rss_mb:.0f} | {r.wall:.1f} |"
+        )
+    out.append("")
+    this = [r for r in rows if r.code == "this"]
+    for backend in sorted({r.backend for r in this}, reverse=True):
+        mine = {(r.delay_ms, r.quota): r for r in this if r.backend == backend}
+        local = mine.get((0, 0.0))
+        near = mine.get((100, 0.0))
+        far = mine.get((400, 0.0))
+        quota = next((r for r in this if r.backend == backend and r.quota), None)
+        if local and near:
+            share = near.rate / local.rate if local.rate else 0.0
+            out.append(
+                summary(
+                    f"relay 100 ms away, 16 connections, {backend}: >= 0.85 of a local relay",
+                    f"{share:.2f} ({near.rate:.0f} / {local.rate:.0f} msg/s); "
+                    f"{_f(near.limit_share, '.2f')} of 16 / 0.1 s",
+                    share >= 0.85,
+                )
+            )
+        if far:
+            share = far.rate / (CONNECTIONS / 0.4)
+            out.append(
+                summary(
+                    f"relay 400 ms away, 16 connections, {backend}: >= 0.85 of 16 / 0.4 s",
+                    f"{share:.2f} ({far.rate:.1f} msg/s)",
+                    share >= 0.85,
+                )
+            )
+        if quota:
+            share = quota.rate / quota.quota
+            once = quota.delivered == quota.subscribers == quota.recipients
+            throttled = quota.throttled / max(1, quota.delivered)
+            out.append(
+                summary(
+                    f"relay 6 connections, 40 msg/s, {backend}: all once, >= 0.8 of the quota, "
+                    "<= 5 % throttled",
+                    f"{quota.delivered:,} delivered, {quota.duplicates} duplicates; "
+                    f"{share:.2f} of the quota; {100 * throttled:.1f} % throttled",
+                    once and not quota.duplicates and share >= 0.8 and throttled <= 0.05,
+                )
+            )
+        old = {r.delay_ms: r for r in rows if r.code == "baseline" and r.backend == backend}
+        if old.get(0) and local:
+            out.append(
+                summary(
+                    f"CPU per digest and peak memory at L = 0, {backend}: no worse than "
+                    f"{baseline.name if baseline else 'the baseline'}",
+                    f"{local.cpu_ms:.2f} / {old[0].cpu_ms:.2f} ms; "
+                    f"{local.peak_rss_mb:.0f} / {old[0].peak_rss_mb:.0f} MB",
+                    local.cpu_ms <= old[0].cpu_ms * 1.05
+                    and local.peak_rss_mb <= old[0].peak_rss_mb * 1.05,
+                )
+            )
+    out += [f"- {note}" for note in notes]
+    return "\n".join(out) + "\n"
