@@ -82,3 +82,9 @@ class Services(Generic[StoreT]):
         """Embedding vectors for semantic ranking: stored ones, the model loaded on first need
         (``state`` says whether ranking is semantic, and if not why)."""
         return VectorSource(self.config, self.store, self.clock)
+
+    @cached_property
+    def send_vectors(self) -> VectorSource:
+        """The vectors a send ranks with: as :attr:`vectors`, but texts without a stored vector
+        are embedded by a child process, so the model never joins the send's memory."""
+        return VectorSource(self.config, self.store, self.clock, child=True)

@@ -73,8 +73,8 @@ class EditionBuilder:
         self.settings = config.settings
         self.store = store
         self.now = now
-        self.papers, self.ranker = day_ranker(config, store, now, services.vectors)
-        log.info("%s", services.vectors.state)
+        self.papers, self.ranker = day_ranker(config, store, now, services.send_vectors)
+        log.info("%s", services.send_vectors.state)
         self.history_since = history_since(self.papers)
         """The earliest edition date that can hold one of the day's papers (see
         :func:`history_since`): only editions from it on can repeat one today."""

@@ -6,14 +6,19 @@ title and keywords (:func:`topic_text`; its ``like:`` papers join in the ranker,
 Each is stored under the model's name and the SHA-256 of the text, so a revised abstract is
 embedded again and an unchanged one never is: a send whose papers were embedded when they were
 fetched, with topics that did not change, reads every vector from the database and never loads
-the model (about 100 MB and a second or two).
+the model (about 100 MB and a second or two). A send that finds texts without a vector (the
+day's papers were stored by something other than ``fetch``) says so in one line and has a child
+process embed and store them (:mod:`.child`), so the model never joins the send's own memory.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,6 +94,10 @@ def default_cache() -> Path:
     return Path(base) / "newsletter" / "models"
 
 
+CHILD_TIMEOUT = 3600.0
+"""Seconds the child process that embeds a send's missing texts may take."""
+
+
 class VectorSource:
     """Stored vectors first, the model for the rest; semantic matching off when it cannot run.
 
@@ -103,8 +112,13 @@ class VectorSource:
         now: Callable[[], datetime],
         *,
         progress: Callable[[int, int], Any] | None = None,
+        child: bool = False,
     ) -> None:
         ranking = config.settings.ranking
+        self._config = config
+        self._child = child
+        """Embed missing texts in a child process (the send), when the store is a database
+        that a child can open."""
         self._settings = ranking
         self._store = store
         self._now = now
@@ -177,6 +191,9 @@ class VectorSource:
         hashes = [text_hash(t) for t in texts]
         stored = self._store.vectors(self.model, hashes)
         missing = {h: t for h, t in zip(hashes, texts, strict=True) if h not in stored}
+        if missing and self._child and self._embed_in_child(list(missing.values()), len(texts)):
+            stored.update(self._store.vectors(self.model, list(missing)))
+            missing = {h: t for h, t in missing.items() if h not in stored}
         if missing:
             embedder = self._load()
             if embedder is None:
@@ -198,6 +215,40 @@ class VectorSource:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([np.frombuffer(stored[h], dtype="<f4") for h in hashes])
+
+    def _embed_in_child(self, texts: list[str], of: int) -> bool:
+        """Have ``python -m newsletter.semantic.child CONFIG`` embed and store ``texts``; False
+        (the caller embeds them itself) when no child can share the store or the child failed."""
+        url = getattr(self._store, "url", None)  # the SQL store's; an in-memory one has none
+        if not isinstance(url, str) or ":memory:" in url:
+            return False
+        log.warning(
+            "ranking: %d of the send's %d texts have no stored vector (newsletter fetch stores "
+            "them): embedding them in a child process",
+            len(texts),
+            of,
+        )
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "newsletter.semantic.child", str(self._config.path)],
+                input=json.dumps(texts).encode(),
+                capture_output=True,
+                timeout=CHILD_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.warning("ranking: the child process failed (%s): embedding here instead", e)
+            return False
+        if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            log.warning(
+                "ranking: the child process failed (exit %d: %s): embedding here instead",
+                done.returncode,
+                said[-1] if said else "no message",
+            )
+            return False
+        self.embedded += len(texts)
+        return True
 
     def embed_papers(self, papers: Sequence[Paper]) -> int:
         """Make sure every paper has a vector (after a fetch); returns how many were new.

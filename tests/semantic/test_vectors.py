@@ -91,3 +91,29 @@ def test_a_model_that_cannot_be_found_leaves_ranking_lexical(
     assert source.check().startswith("ranking is lexical: ranking.model: models/minilm is not")
     assert source.semantic(load_papers()[:3], cfg.settings.topics) is None
     assert source.problem is not None and "ranking is lexical" in source.problem
+
+
+def test_a_send_has_a_child_process_embed_what_no_fetch_stored(
+    tmp_path: Path,
+    store: Store,
+    db_url: str,
+    model_cache: Path,
+    embedder: Embedder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 41: papers stored without their vectors (as bench.million stored them) made the
+    send load the model itself (510 MB peak for a million digests). The send's source says so
+    in one line and a child process embeds and stores them; the send reads them back and never
+    loads the model."""
+    cfg = config(tmp_path, db_url, model_cache)
+    papers = load_papers()[:6]
+    texts = [paper_text(p) for p in papers]
+    send = VectorSource(cfg, store, lambda: NOW, child=True)
+    with caplog.at_level("WARNING", logger="newsletter.semantic.vectors"):
+        got = send.vectors(texts)
+    assert got is not None and not send.loaded and send.embedded == 6
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "6 of the send's 6 texts have no stored vector" in line and "child process" in line
+    assert np.allclose(got, embedder.embed(texts), atol=1e-5)
+    stored = store.vectors(send.model, [text_hash(t) for t in texts])
+    assert len(stored) == 6  # stored by the child, under the model name the send reads
