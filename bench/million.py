@@ -6,9 +6,12 @@ on 2 cores). On a fresh database (a SQLite file, or a new database on the Postgr
 ``NEWSLETTER_BENCH_PG``, dropped afterwards), through the real command lines, as an operator
 would:
 
-1. the day's papers (2,000, as :mod:`bench.bench_scale`) stored;
+1. the day's papers (2,000, as :mod:`bench.bench_scale`) stored, and their vectors (with the
+   topics' and keywords') embedded and stored as ``newsletter fetch`` does before a send
+   (:func:`bench.bench_send.embed_main`, in a process of its own);
 2. ``newsletter subscribers import FILE`` of a CSV with the subscribers (1-3 of 40 topics);
-3. ``newsletter send --now`` into :mod:`bench.smtp_counter` in its own process.
+3. ``newsletter send --now`` into :mod:`bench.smtp_counter` in its own process: it reads the
+   vectors and never loads the model.
 
 Each command is measured from the kernel's accounting when it exits (``os.wait4``: wall, user +
 system CPU, peak RSS); on PostgreSQL the server's backends' CPU is read from ``/proc`` as
@@ -77,6 +80,11 @@ def main(subscribers: int, backend: str = "sqlite") -> str:
             sink = Sink()
             config = tmp / "million.yaml"
             config.write_text(yaml.safe_dump(config_data(db.url, sink.port, topics(rng))))
+            print(f"  {backend}: embed the day's papers, as fetch does", file=sys.stderr)
+            subprocess.run(
+                [sys.executable, "-m", "bench.bench_send", "embed", str(config), str(tmp / "v")],
+                check=True,
+            )
             rows = tmp / "subscribers.csv"
             write_csv(rows, subscribers, rng)
             print(f"  {backend}: import {subscribers:,}", file=sys.stderr, flush=True)
