@@ -64,10 +64,10 @@ class Signal:
     """A one-shot flag that other threads wait for: :class:`threading.Event`'s ``set``,
     ``is_set`` and ``wait`` on one lock, held until it is set.
 
-    A send makes two or three per message (each ledger write, the final-dot gate's hand-over);
-    an Event is a condition variable, a lock and a list of waiters, each wait making a lock of
-    its own, and it cost a tenth of the ledger writer's CPU. One thread sets a signal (the
-    writer, or whoever holds the gate): :meth:`set` is not meant to race with itself.
+    A send makes two per message (one per ledger write); an Event is a condition variable, a
+    lock and a list of waiters, each wait making a lock of its own, and it cost a tenth of the
+    ledger writer's CPU. One thread sets a signal (the writer): :meth:`set` is not meant to
+    race with itself.
     """
 
     __slots__ = ("_lock", "_set")
@@ -100,23 +100,11 @@ class Signal:
 class PendingWrite:
     """A ledger write queued for the writer thread; :attr:`done` is set once committed."""
 
-    __slots__ = ("done", "error", "op", "posted", "result", "then", "urgent")
+    __slots__ = ("done", "error", "op", "posted", "result")
 
-    def __init__(
-        self,
-        op: LedgerOp,
-        *,
-        posted: bool = False,
-        urgent: bool = False,
-        then: Callable[[], None] | None = None,
-    ) -> None:
+    def __init__(self, op: LedgerOp, *, posted: bool = False) -> None:
         self.op = op
         self.posted = posted
-        self.urgent = urgent
-        """Committed without waiting for other writes to join its batch (see
-        :meth:`LedgerWriter.call`)."""
-        self.then = then
-        """Called on the writer thread once the write is committed (or failed)."""
         self.done = Signal()
         self.result: str | bool | None = None
         self.error: BaseException | None = None
@@ -134,9 +122,8 @@ class LedgerWriter:
     ``callers`` is how many senders call (the pool's connections); with ``linger`` > 0 a batch
     holding a waiting call waits up to ``linger`` seconds for the other senders' calls to join it
     (as Kafka's ``linger.ms`` or PostgreSQL's ``commit_delay``): with 4 connections a commit then
-    carries the begins of about 4 digests instead of about 1. An ``urgent`` call is never kept
-    waiting: its batch is committed at once (the pool's gated ``sent`` mark: the other senders
-    cannot join while it waits, see :mod:`.pool`).
+    carries the begins of about 4 digests instead of about 1. The pool sets ``callers`` to the
+    connections open as they change.
     """
 
     def __init__(
@@ -161,12 +148,9 @@ class LedgerWriter:
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
         self._thread.start()
 
-    def call(self, op: LedgerOp, *, urgent: bool = False) -> str | bool | None:
-        """Apply ``op`` and return its result once committed (with everything queued before).
-
-        ``urgent``: commit the batch that holds it at once, without the ``linger`` wait (and cut
-        short the wait of a batch it joins)."""
-        pending = PendingWrite(op, urgent=urgent)
+    def call(self, op: LedgerOp) -> str | bool | None:
+        """Apply ``op`` and return its result once committed (with everything queued before)."""
+        pending = PendingWrite(op)
         self._queue.put(pending)
         pending.done.wait()
         self._raise_failed()
@@ -174,16 +158,12 @@ class LedgerWriter:
             raise pending.error
         return pending.result
 
-    def post(
-        self, op: LedgerOp, *, urgent: bool = False, then: Callable[[], None] | None = None
-    ) -> PendingWrite:
+    def post(self, op: LedgerOp) -> PendingWrite:
         """Queue ``op`` without waiting. Writes are applied in order, so the sender's next
         :meth:`call` (its next ``begin``) returns only after this one is committed too; before
-        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`).
-        ``then`` is called on the writer thread once it is committed (or failed): the pool
-        opens its final-dot gate there."""
+        anything else on that connection (QUIT), the sender waits for it (:meth:`wait`)."""
         self._raise_failed()
-        pending = PendingWrite(op, posted=True, urgent=urgent, then=then)
+        pending = PendingWrite(op, posted=True)
         self._queue.put(pending)
         return pending
 
@@ -209,10 +189,10 @@ class LedgerWriter:
 
     def _linger(self, batch: list[PendingWrite]) -> bool:
         """Wait up to :attr:`linger` seconds for the other senders' calls to join ``batch``
-        (while fewer than :attr:`callers` are waiting in it, and none is urgent); True when the
-        writer was told to stop meanwhile."""
+        (while fewer than :attr:`callers` are waiting in it); True when the writer was told to
+        stop meanwhile."""
         waiting = sum(not p.posted for p in batch)
-        if waiting == 0 or any(p.urgent for p in batch):
+        if waiting == 0:
             return False
         deadline = time.monotonic() + self.linger
         while waiting < self.callers and len(batch) < self.max_batch:
@@ -226,8 +206,6 @@ class LedgerWriter:
             if nxt is None:
                 return True
             batch.append(nxt)
-            if nxt.urgent:
-                return False
             waiting += not nxt.posted
         return False
 
@@ -262,5 +240,3 @@ class LedgerWriter:
             finally:
                 for p in batch:
                     p.done.set()
-                    if p.then is not None:
-                        p.then()

@@ -2,8 +2,7 @@
 
 Each connection's begin must be committed before its message goes out, so without waiting the
 writer commits them about one at a time. ``delivery.group_commit_wait`` lets a batch that holds
-a waiting begin wait for the other connections' begins; an urgent call (the pool's gated
-``sent`` mark) never waits. A spy counts the batches the real store applies (the writes
+a waiting begin wait for the other connections' begins. A spy counts the batches the real store applies (the writes
 themselves run on the real database).
 """
 
@@ -146,65 +145,6 @@ def _in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     th = threading.Thread(target=lambda: results.append(call()), daemon=True)
     th.start()
     return th, results
-
-
-def test_an_urgent_call_alone_is_committed_without_waiting_for_the_others(store: Store) -> None:
-    """The pool's gated ``sent`` mark: the other senders cannot write while it waits, so its
-    batch must not wait for them. With a wait of ten minutes, a call that lingered would still
-    be waiting when the join gives up."""
-    spy = CountingStore(store)
-    (op,) = _claims(store, 1)
-    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
-    try:
-        th, results = _in_thread(lambda: writer.call(op, urgent=True))
-        th.join(60)
-        assert not th.is_alive(), "the urgent call waited for three more callers"
-    finally:
-        writer.close()
-    assert results == ["ok"]
-    assert spy.batches == [["begin"]]
-
-
-def test_an_urgent_call_ends_the_wait_of_the_batch_it_joins(store: Store) -> None:
-    spy = CountingStore(store)
-    first, second = _claims(store, 2)
-    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
-    try:
-        waiting, results = _in_thread(lambda: writer.call(first))
-        time.sleep(0.1)  # the begin is waiting for three more that never come
-        urgent, urgent_results = _in_thread(lambda: writer.call(second, urgent=True))
-        for th in (waiting, urgent):
-            th.join(60)
-            assert not th.is_alive(), "the batch kept waiting after the urgent call joined it"
-    finally:
-        writer.close()
-    assert results == urgent_results == ["ok"]
-    assert spy.batches == [["begin", "begin"]]  # one commit for both, at once
-
-
-def test_a_gated_mark_opens_the_gate_on_the_writer_thread_once_committed(store: Store) -> None:
-    """The pool hands its final-dot gate to the writer with the ``sent`` mark: the gate opens
-    only after the commit, on the writer thread, while the sender is free to go on."""
-    spy = CountingStore(store)
-    (op,) = _claims(store, 1)
-    assert store.begin_send(op.edition_id, op.subscriber_id, OWNER, NOW) == "ok"
-    writer = LedgerWriter(spy, lambda: NOW, callers=4, linger=600.0)  # type: ignore[arg-type]
-    seen: list[tuple[str, EditionStatus | None]] = []
-
-    def opened() -> None:
-        record = store.edition_for(op.subscriber_id, DAY)
-        seen.append((threading.current_thread().name, record and record.status))
-
-    try:
-        pending = writer.post(
-            LedgerOp("mark", op.edition_id, op.subscriber_id, OWNER, EditionStatus.SENT),
-            urgent=True,
-            then=opened,
-        )
-        assert pending.done.wait(60), "the urgent mark waited for three more callers"
-    finally:
-        writer.close()
-    assert seen == [("ledger-writer", EditionStatus.SENT)]
 
 
 def test_signal_wakes_every_waiter_once_set_and_times_out_before() -> None:
