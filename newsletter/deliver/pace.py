@@ -233,12 +233,11 @@ class Connections:
 
     # ---------------------------------------------------------------- feedback
 
-    def crowded(self) -> bool:
-        """The relay refused this sender's connection as one too many: the target drops to the
-        connections open besides it, and that is the relay's limit as far as this run knows.
-        False when no other connection is open (the caller waits and tries again)."""
+    def crowded(self, others: int) -> bool:
+        """The relay refused a sender's connection as one too many while ``others`` connections
+        of this send were open: the target drops to those, and that is the relay's limit as
+        far as this run knows. False when no other is open (the caller waits and tries again)."""
         with self._cond:
-            others = self.active - 1
             self.refusals += 1
             if others < 1:
                 return False

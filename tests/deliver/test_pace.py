@@ -125,7 +125,7 @@ def test_too_many_connections_brings_the_target_down_to_those_open() -> None:
     run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 3)
     open_now = conns.active
     assert open_now > INITIAL
-    assert conns.crowded()  # one more than the relay takes
+    assert conns.crowded(open_now - 1)  # one more than the relay takes
     assert conns.target == open_now - 1 and conns.learned == open_now - 1
     run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 40)
     assert conns.target == open_now - 1  # never probes past what the relay refused
@@ -134,7 +134,7 @@ def test_too_many_connections_brings_the_target_down_to_those_open() -> None:
 def test_a_lone_connection_refused_as_too_many_keeps_its_slot() -> None:
     conns = Connections(4, clock=FakeTime().clock)
     assert conns.enter(never)
-    assert not conns.crowded()  # nothing to give back: the caller waits and tries again
+    assert not conns.crowded(0)  # nothing to give back: the caller waits and tries again
     assert conns.target == INITIAL
 
 
