@@ -46,6 +46,7 @@ from newsletter.errors import NewsletterError, listen_error
 from newsletter.subscribe import (
     InvalidRequest,
     Outcome,
+    Problem,
     Subscriptions,
     client_network,
     parse_command,
@@ -261,12 +262,12 @@ def handle_message(
     origin = f"email {message_id} via {host}".strip()
     try:
         if command is None:
-            return service.reply_info(sender, "help", "no command found in it")
+            return service.reply_info(sender, "help", Problem.NO_COMMAND)
         if command.name == "subscribe":
             try:
                 choices = service.choices(command.args or service.topic_names)
-            except InvalidRequest as e:
-                return service.reply_info(sender, "help", e.reason)
+            except InvalidRequest:  # its reason names the topics asked for: never mailed back
+                return service.reply_info(sender, "help", Problem.UNKNOWN_TOPIC)
             return service.request(
                 sender, choices, via="email", origin=origin, reply=True, by_email=True
             )
