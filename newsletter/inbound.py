@@ -19,7 +19,9 @@ is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or sup
 ``bounces.per_host`` messages per sending host (counted like commands) per
 ``bounces.per_host_window``. Past that a bounce is refused with ``451 4.7.1`` rather than
 dropped: a real relay tries again later, and the refusal depends on the host alone, so it
-tells nothing about the addresses the message names.
+tells nothing about the addresses the message names. Nor does the answer's timing: a report
+is answered after the per-host count alone and applied afterwards, on a thread of its own
+(:class:`~newsletter.bounces.receive.BounceWriter`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP, syntax
 
 from newsletter.addresses import InvalidAddress, envelope_address
-from newsletter.bounces.receive import BounceReceiver
+from newsletter.bounces.receive import BounceReceiver, BounceWriter
 from newsletter.config import InboundSettings
 from newsletter.errors import NewsletterError, listen_error
 from newsletter.subscribe import (
@@ -290,6 +292,18 @@ class InboundHandler:
         """The sending host each message was counted as (the latest 1,000), for tests."""
         self.bounces = BounceReceiver.from_config(service.services)
         """Takes mail to the bounce address (``bounces.enabled``), see :mod:`newsletter.bounces`."""
+        self.writer = BounceWriter(self.bounces) if self.bounces is not None else None
+        """Applies the reports after the answer (see :class:`BounceWriter`)."""
+
+    def settle(self) -> None:
+        """Wait until every bounce report taken so far has been applied."""
+        if self.writer is not None:
+            self.writer.settle()
+
+    def close(self) -> None:
+        """Apply the bounce reports still queued, then stop their writer."""
+        if self.writer is not None:
+            self.writer.close()
 
     def trusted(self, session: Any) -> bool:
         """Whether the peer of ``session`` is a trusted relay (``inbound.trusted_relays``)."""
@@ -353,23 +367,28 @@ class InboundHandler:
         host = sending_host(_headers(data), peer, self.settings.trusted_relays, forwarded)
         self.hosts.append(host)
         loop = asyncio.get_running_loop()
-        if self.bounces is not None:
+        if self.bounces is not None and self.writer is not None:
             bounced = [r for r in envelope.rcpt_tos if self.bounces.accepts(r)]
             if bounced:
                 origin = f"{envelope.mail_from or '<>'} via {host}"
+                # Before the answer only what every report costs alike (the per-host count):
+                # what a report does to a subscriber's history is applied after it, by the
+                # writer, or the answer's timing would tell a subscriber from a stranger.
                 try:
                     allowed = await loop.run_in_executor(None, self.bounces.allow_host, host)
-                    if not allowed:
-                        log.warning(
-                            "inbound: host %s over its limit (bounces.per_host); "
-                            "bounce message from %s refused",
-                            client_network(host),
-                            envelope.mail_from or "<>",
-                        )
-                        return "451 4.7.1 too many bounce messages from your host; try again later"
-                    await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
                 except NewsletterError as e:  # the database (a StoreError), not the mail
                     log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))
+                    return "451 4.3.0 cannot record the bounce right now; try again later"
+                if not allowed:
+                    log.warning(
+                        "inbound: host %s over its limit (bounces.per_host); "
+                        "bounce message from %s refused",
+                        client_network(host),
+                        envelope.mail_from or "<>",
+                    )
+                    return "451 4.7.1 too many bounce messages from your host; try again later"
+                if not self.writer.put(data, bounced, origin):
+                    log.warning("inbound: bounce reports waiting to be applied; one refused")
                     return "451 4.3.0 cannot record the bounce right now; try again later"
                 if len(bounced) == len(envelope.rcpt_tos):
                     return "250 OK"
@@ -463,4 +482,7 @@ class InboundServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.controller.stop()
+        try:
+            self.controller.stop()
+        finally:
+            self.handler.close()
