@@ -207,8 +207,10 @@ class InboundSettings(_Strict):
     max_per_hour: int = Field(default=60, ge=1)
     """Email commands answered per hour from everyone together; the rest are dropped (logged)."""
     trusted_relays: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
-    """Peers (your MTA) whose topmost ``Received:`` header names the sending host, which the
-    per-host limit (``web.rate_limit.per_ip``) then counts; other peers are counted themselves."""
+    """Peers (your MTA) that name the sending host, which the per-host limits
+    (``web.rate_limit.per_ip``, ``bounces.per_host``) then count: by XFORWARD or XCLIENT (offered
+    to them only), else in their own comment on the topmost ``Received:`` line (never the
+    client's HELO); other peers are counted themselves."""
 
     @field_validator("address")
     @classmethod

@@ -19,6 +19,7 @@ from datetime import date, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, parseaddr
+from enum import StrEnum
 from typing import Any
 
 from newsletter.addresses import envelope_address, format_address
@@ -44,6 +45,15 @@ log = logging.getLogger(__name__)
 
 
 COMMANDS = ("subscribe", "unsubscribe", "topics", "help")
+
+
+class Problem(StrEnum):
+    """Why a command mail could not be used, in the reply's own fixed words. A reply never
+    quotes the mail: its From can be anyone's, so quoted text would be the forger's message to
+    them, sent from our domain (and DKIM-signed)."""
+
+    NO_COMMAND = "no command found in it"
+    UNKNOWN_TOPIC = "unknown topic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +248,15 @@ class Mailing:
         )
         return Outcome.UNSUBSCRIBE_SENT
 
-    def reply_info(self, email: str, command: str, problem: str | None = None) -> Outcome:
-        """Answer ``topics``/``help`` (or a command we could not use) with the topics and commands."""
+    def reply_info(self, email: str, command: str, problem: Problem | None = None) -> Outcome:
+        """Answer ``topics``/``help`` (or a command we could not use, ``problem``) with the
+        topics and commands; nothing of the request is quoted."""
         address = parse_address(email)
         if not self._allow_mail(address):
             return Outcome.LIMITED
         subject = "Topics" if command == "topics" else "How to subscribe"
-        self._send(address, subject, "web/mail/help.txt", {"problem": problem}, reply=True)
+        context = {"problem": Problem(problem).value if problem else None}
+        self._send(address, subject, "web/mail/help.txt", context, reply=True)
         return Outcome.REPLY_SENT
 
     # ------------------------------------------------------------ mail
