@@ -186,11 +186,19 @@ class RateLimitSettings(_Strict):
     host) may make per ``per_ip_window`` seconds."""
     per_ip_window: int = Field(default=3600, ge=1)
     per_address: int = Field(default=3, ge=1)
-    """Confirmation or reminder mails one email address (its ``+tag`` ignored) may be sent per
-    ``per_address_window``."""
+    """Mails that anyone may have sent to one email address (its ``+tag`` ignored) per
+    ``per_address_window``: confirmations and "your subscription" mails answering subscribe
+    requests (form, API, email, ``subscribers invite``), and ``help``/``topics`` replies."""
     per_address_window: int = Field(default=86400, ge=1)
     email_confirmations_per_address: int = Field(default=1, ge=1)
     """Of those, confirmation mails answering an email command (whose From can be forged)."""
+    links_per_address: int = Field(default=3, ge=1)
+    """"Email me a link" mails per ``per_address_window``, asked from a page opened by the
+    reader's own digest link (a valid token): a budget of its own, which anonymous requests
+    (``per_address``) cannot spend."""
+    unsubscribe_per_address: int = Field(default=3, ge=1)
+    """Unsubscribe links answering the ``unsubscribe`` email command per ``per_address_window``:
+    a budget of its own, which subscribe requests and ``help`` replies cannot spend."""
 
 
 class InboundSettings(_Strict):
