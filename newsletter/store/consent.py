@@ -201,6 +201,14 @@ class ConsentStore(StoreBase):
         on the key (:func:`_lock_rate_key`), so requests made at once never all count the same
         events and all get through.
         """
+        return self.take_rate(key, now, window=window, limit=limit) is not None
+
+    def take_rate(
+        self, key: str, now: datetime, *, window: timedelta, limit: int
+    ) -> tuple[int, int] | None:
+        """:meth:`hit_rate` that says more: ``(the counted event's id, how many are counted
+        within ``window`` with it)``, or ``None`` when over the limit (not counted). The id
+        lets the caller take the event back (:meth:`drop_rate_event`)."""
         since = now - window
         with self.engine.begin() as conn:
             _lock_rate_key(conn, key)
@@ -213,9 +221,16 @@ class ConsentStore(StoreBase):
                 .where(t.rate_events.c.key == key, t.rate_events.c.at >= since)
             ).scalar_one()
             if used >= limit:
-                return False
-            conn.execute(t.rate_events.insert().values(key=key, at=now))
-            return True
+                return None
+            event_id = conn.execute(
+                t.rate_events.insert().values(key=key, at=now).returning(t.rate_events.c.id)
+            ).scalar_one()
+            return int(event_id), int(used) + 1
+
+    def drop_rate_event(self, event_id: int) -> None:
+        """Take back one counted request (an id from :meth:`take_rate`)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.rate_events).where(t.rate_events.c.id == event_id))
 
     def forget_rate(self, key: str) -> None:
         """Drop every request counted for ``key`` (an erased address leaves none)."""
