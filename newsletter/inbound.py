@@ -8,8 +8,9 @@ list traffic are accepted and dropped, so two robots never talk to each other fo
 operator's MTA hands the alias to this receiver (see ``deploy/postfix/``).
 
 Answers are rate limited like the web form's requests, since anyone can make this service mail
-a third party: per sending host (``web.rate_limit.per_ip``; behind a trusted relay, the host its
-``Received:`` header names; IPv6 by /64), per address (``per_address``, ``+tag`` ignored, and at
+a third party: per sending host (``web.rate_limit.per_ip``; behind a trusted relay, the client
+address it forwards by XFORWARD or XCLIENT or records in its own ``Received:`` comment, never the
+client's HELO, see :func:`sending_host`; IPv6 by /64), per address (``per_address``, ``+tag`` ignored, and at
 most ``email_confirmations_per_address`` confirmations), and ``inbound.max_per_hour`` in all.
 Dropped commands are logged and accepted (``250``), so a forger learns nothing.
 
@@ -18,7 +19,9 @@ is not a command: it goes to :mod:`newsletter.bounces` (parse, then score or sup
 ``bounces.per_host`` messages per sending host (counted like commands) per
 ``bounces.per_host_window``. Past that a bounce is refused with ``451 4.7.1`` rather than
 dropped: a real relay tries again later, and the refusal depends on the host alone, so it
-tells nothing about the addresses the message names.
+tells nothing about the addresses the message names. Nor does the answer's timing: a report
+is answered after the per-host count alone and applied afterwards, on a thread of its own
+(:class:`~newsletter.bounces.receive.BounceWriter`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncio
 import ipaddress
 import logging
 import re
+from collections import deque
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
@@ -35,14 +39,16 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.lmtp import LMTP
+from aiosmtpd.smtp import SMTP, syntax
 
 from newsletter.addresses import InvalidAddress, envelope_address
-from newsletter.bounces.receive import BounceReceiver
+from newsletter.bounces.receive import BounceReceiver, BounceWriter
 from newsletter.config import InboundSettings
 from newsletter.errors import NewsletterError, listen_error
 from newsletter.subscribe import (
     InvalidRequest,
     Outcome,
+    Problem,
     Subscriptions,
     client_network,
     parse_command,
@@ -112,25 +118,92 @@ def same_address(a: str, b: str) -> bool:
         return a.lower() == b.lower()
 
 
-_RECEIVED_FROM = re.compile(r"^\s*from\s.*?\[(?:ipv6:)?([0-9a-f:.]+)\]", re.IGNORECASE | re.DOTALL)
+_MTA_COMMENT = re.compile(
+    r"\(\s*[^\s()\[\]]+\s+\[(?:ipv6:)?([0-9a-f:.]+)\](?::\d+)?\s*\)", re.IGNORECASE
+)
+"""The comment an MTA writes after the client's HELO: ``(rdns [IP])``, ``(unknown [IPv6:...])``."""
 
 
-def sending_host(msg: EmailMessage, peer: str, trusted: list[str]) -> str:
+def recorded_client(received: str) -> str | None:
+    """The client address an MTA recorded in a ``Received:`` line it wrote, or ``None``.
+
+    Postfix writes ``from HELO (rdns [IP]) by ...``: the HELO is whatever the client said (a
+    literal ``[10.0.0.7]``, or text that imitates the comment), the parenthesised comment is the
+    MTA's own. The address is taken from that comment, and only when the line holds exactly one
+    such comment: a HELO that forges a second one makes the line say nothing.
+    """
+    text = " ".join(received.split())
+    if not text.lower().startswith("from "):
+        return None
+    found = _MTA_COMMENT.findall(text)
+    if len(found) != 1:
+        return None
+    try:
+        return str(ipaddress.ip_address(found[0]))
+    except ValueError:
+        return None
+
+
+def sending_host(
+    msg: EmailMessage, peer: str, trusted: list[str], forwarded: str | None = None
+) -> str:
     """The host that sent a message: the peer, or, when the peer is a trusted relay (our own
-    MTA), the address its topmost ``Received:`` header gives for the client it took it from."""
+    MTA), the client address it gave: ``forwarded`` (an XFORWARD or XCLIENT ``ADDR``), else the
+    address in its own comment on the topmost ``Received:`` line (:func:`recorded_client`),
+    else the relay itself (never an address the client chose, such as its HELO)."""
     if peer not in trusted:
         return peer
+    if forwarded:
+        return forwarded
     received = msg.get_all("Received") or []
     if not received:
         return peer
-    top = str(received[0]).split(" by ", 1)[0]
-    m = _RECEIVED_FROM.match(top)
-    if m is None:
-        return peer
-    try:
-        return str(ipaddress.ip_address(m.group(1)))
-    except ValueError:
-        return peer
+    return recorded_client(str(received[0])) or peer
+
+
+_XTEXT = re.compile(r"\+([0-9A-Fa-f]{2})")
+_FORWARD_ATTRIBUTES = {
+    "XFORWARD": frozenset({"NAME", "ADDR", "PORT", "PROTO", "HELO", "IDENT", "SOURCE"}),
+    "XCLIENT": frozenset(
+        {"NAME", "ADDR", "PORT", "PROTO", "HELO", "LOGIN", "DESTADDR", "DESTPORT"}
+    ),
+}
+_UNKNOWN = ("[UNAVAILABLE]", "[TEMPUNAVAIL]")
+
+
+class BadForward(ValueError):
+    """An XFORWARD or XCLIENT argument that cannot be read."""
+
+
+def forwarded_address(verb: str, arg: str) -> tuple[bool, str | None]:
+    """Read an ``XFORWARD``/``XCLIENT`` argument (``NAME=value ...``, values in xtext):
+    whether it gives ``ADDR``, and the address (``None`` for ``[UNAVAILABLE]``).
+
+    Raises :class:`BadForward` for an unknown attribute or an address that is not one.
+    """
+    given, address = False, None
+    words = arg.split()
+    if not words:
+        raise BadForward("no attributes")
+    for word in words:
+        name, sep, raw = word.partition("=")
+        name = name.upper()
+        if not sep or name not in _FORWARD_ATTRIBUTES[verb]:
+            raise BadForward(f"bad attribute {name[:20]!r}")
+        if name != "ADDR":
+            continue
+        value = _XTEXT.sub(lambda m: chr(int(m.group(1), 16)), raw)
+        given = True
+        if value.upper() in _UNKNOWN:
+            address = None
+            continue
+        if value[:5].lower() == "ipv6:":
+            value = value[5:]
+        try:
+            address = str(ipaddress.ip_address(value))
+        except ValueError as e:
+            raise BadForward("ADDR is not an IP address") from e
+    return given, address
 
 
 def _headers(data: bytes) -> EmailMessage:
@@ -146,11 +219,14 @@ def handle_message(
     mail_from: str,
     peer: str,
     settings: InboundSettings | None = None,
+    host: str | None = None,
 ) -> Outcome | None:
     """Run the command in one received message; ``None`` when nothing was answered.
 
-    ``settings``: the receiver's (default: the service config's ``inbound:``). Raises
-    :class:`UnreadableMail` for a message nested too deeply to read.
+    ``settings``: the receiver's (default: the service config's ``inbound:``). ``host``: the
+    sending host, when the receiver knows it (else read from ``peer`` and the message, see
+    :func:`sending_host`). Raises :class:`UnreadableMail` for a message nested too deeply to
+    read.
     """
     msg = read_mail(data)
     if is_automatic(msg, mail_from):
@@ -167,7 +243,7 @@ def handle_message(
     if sender.lower() in own:
         return None  # never answer ourselves
     settings = settings or service.settings.inbound
-    host = sending_host(msg, peer, settings.trusted_relays)
+    host = host or sending_host(msg, peer, settings.trusted_relays)
     message_id = " ".join(str(msg.get("Message-ID", "")).split())[:200]  # one line in logs
     if not service.allow_client(host):
         log.warning(
@@ -188,12 +264,12 @@ def handle_message(
     origin = f"email {message_id} via {host}".strip()
     try:
         if command is None:
-            return service.reply_info(sender, "help", "no command found in it")
+            return service.reply_info(sender, "help", Problem.NO_COMMAND)
         if command.name == "subscribe":
             try:
                 choices = service.choices(command.args or service.topic_names)
-            except InvalidRequest as e:
-                return service.reply_info(sender, "help", e.reason)
+            except InvalidRequest:  # its reason names the topics asked for: never mailed back
+                return service.reply_info(sender, "help", Problem.UNKNOWN_TOPIC)
             return service.request(
                 sender, choices, via="email", origin=origin, reply=True, by_email=True
             )
@@ -212,8 +288,57 @@ class InboundHandler:
         self.service = service
         self.settings = settings
         self.outcomes: list[Outcome | None] = []
+        self.hosts: deque[str] = deque(maxlen=1000)
+        """The sending host each message was counted as (the latest 1,000), for tests."""
         self.bounces = BounceReceiver.from_config(service.services)
         """Takes mail to the bounce address (``bounces.enabled``), see :mod:`newsletter.bounces`."""
+        self.writer = BounceWriter(self.bounces) if self.bounces is not None else None
+        """Applies the reports after the answer (see :class:`BounceWriter`)."""
+
+    def settle(self) -> None:
+        """Wait until every bounce report taken so far has been applied."""
+        if self.writer is not None:
+            self.writer.settle()
+
+    def close(self) -> None:
+        """Apply the bounce reports still queued, then stop their writer."""
+        if self.writer is not None:
+            self.writer.close()
+
+    def trusted(self, session: Any) -> bool:
+        """Whether the peer of ``session`` is a trusted relay (``inbound.trusted_relays``)."""
+        return bool(session.peer) and str(session.peer[0]) in self.settings.trusted_relays
+
+    async def handle_EHLO(
+        self, server: Any, session: Any, envelope: Any, hostname: str, responses: list[str]
+    ) -> list[str]:
+        """Offer XFORWARD and XCLIENT to a trusted relay only (as Postfix's smtpd does)."""
+        session.host_name = hostname
+        if self.trusted(session):
+            offers = [
+                f"250-{verb} {' '.join(sorted(names))}"
+                for verb, names in _FORWARD_ATTRIBUTES.items()
+            ]
+            responses = responses[:-1] + offers + responses[-1:]
+        return responses
+
+    def forward(self, verb: str, session: Any, envelope: Any, arg: str) -> str:
+        """Take an ``XFORWARD`` (for the next transaction) or ``XCLIENT`` (for the session)
+        from a trusted relay; the SMTP reply. Its ``ADDR`` becomes the sending host."""
+        if not self.trusted(session):
+            return "550 5.7.0 Error: insufficient authorization"
+        if envelope.mail_from is not None:
+            return "503 5.5.1 Error: MAIL transaction in progress"
+        try:
+            given, address = forwarded_address(verb, arg)
+        except BadForward as e:
+            log.warning("inbound: %s from %s refused: %s", verb, session.peer[0], e)
+            return f"501 5.5.4 Bad {verb} attribute"
+        if given and verb == "XFORWARD":
+            envelope.forwarded_host = address
+        elif given:
+            session.forwarded_host = address
+        return "250 2.0.0 Ok"
 
     async def handle_RCPT(
         self, server: Any, session: Any, envelope: Any, address: str, options: Any
@@ -236,25 +361,34 @@ class InboundHandler:
         if len(data) > self.settings.max_size:
             return "552 5.3.4 message too big for a command"
         peer = str(session.peer[0]) if session.peer else "unknown"
+        forwarded = getattr(envelope, "forwarded_host", None) or getattr(
+            session, "forwarded_host", None
+        )
+        host = sending_host(_headers(data), peer, self.settings.trusted_relays, forwarded)
+        self.hosts.append(host)
         loop = asyncio.get_running_loop()
-        if self.bounces is not None:
+        if self.bounces is not None and self.writer is not None:
             bounced = [r for r in envelope.rcpt_tos if self.bounces.accepts(r)]
             if bounced:
-                host = sending_host(_headers(data), peer, self.settings.trusted_relays)
                 origin = f"{envelope.mail_from or '<>'} via {host}"
+                # Before the answer only what every report costs alike (the per-host count):
+                # what a report does to a subscriber's history is applied after it, by the
+                # writer, or the answer's timing would tell a subscriber from a stranger.
                 try:
                     allowed = await loop.run_in_executor(None, self.bounces.allow_host, host)
-                    if not allowed:
-                        log.warning(
-                            "inbound: host %s over its limit (bounces.per_host); "
-                            "bounce message from %s refused",
-                            client_network(host),
-                            envelope.mail_from or "<>",
-                        )
-                        return "451 4.7.1 too many bounce messages from your host; try again later"
-                    await loop.run_in_executor(None, self.bounces.receive, data, bounced, origin)
                 except NewsletterError as e:  # the database (a StoreError), not the mail
                     log.warning("inbound: could not record a bounce: %s", " ".join(str(e).split()))
+                    return "451 4.3.0 cannot record the bounce right now; try again later"
+                if not allowed:
+                    log.warning(
+                        "inbound: host %s over its limit (bounces.per_host); "
+                        "bounce message from %s refused",
+                        client_network(host),
+                        envelope.mail_from or "<>",
+                    )
+                    return "451 4.7.1 too many bounce messages from your host; try again later"
+                if not self.writer.put(data, bounced, origin):
+                    log.warning("inbound: bounce reports waiting to be applied; one refused")
                     return "451 4.3.0 cannot record the bounce right now; try again later"
                 if len(bounced) == len(envelope.rcpt_tos):
                     return "250 OK"
@@ -267,6 +401,7 @@ class InboundHandler:
                 envelope.mail_from or "",
                 peer,
                 self.settings,
+                host,
             )
         except UnreadableMail as e:
             log.warning(
@@ -280,9 +415,46 @@ class InboundHandler:
         return "250 OK"
 
 
+class _ForwardingSMTP(SMTP):
+    """aiosmtpd's SMTP with Postfix's XFORWARD and XCLIENT commands (taken from a trusted relay
+    only, see :meth:`InboundHandler.forward`)."""
+
+    event_handler: InboundHandler
+
+    @syntax("XFORWARD attribute=value ...")
+    async def smtp_XFORWARD(self, arg: str) -> None:
+        if await self.check_helo_needed("EHLO"):
+            return
+        await self.push(self.event_handler.forward("XFORWARD", self.session, self.envelope, arg))
+
+    @syntax("XCLIENT attribute=value ...")
+    async def smtp_XCLIENT(self, arg: str) -> None:
+        if await self.check_helo_needed("EHLO"):
+            return
+        reply = self.event_handler.forward("XCLIENT", self.session, self.envelope, arg)
+        if not reply.startswith("250"):
+            await self.push(reply)
+            return
+        # As after a new connection: a fresh greeting, and the client says EHLO again.
+        assert self.session is not None
+        self._set_rset_state()  # type: ignore[no-untyped-call]
+        self.session.host_name = None
+        self.session.extended_smtp = False
+        await self.push(f"220 {self.hostname} ESMTP")
+
+
+class _ForwardingLMTP(LMTP, _ForwardingSMTP):
+    """LMTP (``LHLO``) with XFORWARD and XCLIENT."""
+
+
+class _SmtpController(Controller):
+    def factory(self) -> SMTP:
+        return _ForwardingSMTP(self.handler, **self.SMTP_kwargs)
+
+
 class _LmtpController(Controller):
-    def factory(self) -> LMTP:
-        return LMTP(self.handler, data_size_limit=self.handler.settings.max_size * 2)
+    def factory(self) -> SMTP:
+        return _ForwardingLMTP(self.handler, data_size_limit=self.handler.settings.max_size * 2)
 
 
 class InboundServer:
@@ -291,7 +463,7 @@ class InboundServer:
     def __init__(self, service: Subscriptions, settings: InboundSettings) -> None:
         self.handler = InboundHandler(service, settings)
         self.settings = settings
-        cls = _LmtpController if settings.lmtp else Controller
+        cls = _LmtpController if settings.lmtp else _SmtpController
         kwargs: dict[str, Any] = {"hostname": settings.host, "port": settings.port}
         if not settings.lmtp:
             kwargs["data_size_limit"] = settings.max_size * 2
@@ -310,4 +482,7 @@ class InboundServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.controller.stop()
+        try:
+            self.controller.stop()
+        finally:
+            self.handler.close()

@@ -36,7 +36,7 @@ from itsdangerous.encoding import base64_encode, int_to_bytes
 from itsdangerous.serializer import Serializer
 
 from newsletter.clock import utcnow
-from newsletter.config import Config, secret_key_problem
+from newsletter.config import Config, admin_token_problem, secret_key_problem
 from newsletter.errors import ConfigError, NewsletterError
 
 
@@ -306,6 +306,30 @@ def signing_key(config: Config) -> str:
     return _strong(
         config, key, f"{path} (delete the file to have a new key generated, or write one)"
     )
+
+
+def admin_token(config: Config) -> str | None:
+    """The admin token (``$`` ``web.admin_token_env``), or ``None`` when unset or empty (the
+    admin endpoints are off).
+
+    Raises :class:`ConfigError`, one line naming the variable and how to make a token, for a
+    weak one (:func:`~newsletter.config.admin_token_problem`): ``newsletter serve`` calls this
+    before it starts, as it calls :func:`signing_key`.
+    """
+    web = config.settings.web
+    token = web.admin_token()
+    if token is None:
+        return None
+    problem = admin_token_problem(token)
+    if problem is not None:
+        raise ConfigError(
+            str(config.path),
+            [
+                f"{config.path}: web: ${web.admin_token_env}: {problem}, or unset it to turn "
+                "/admin/send and the token's /metrics off"
+            ],
+        )
+    return token
 
 
 def _strong(config: Config, key: str, where: str) -> str:

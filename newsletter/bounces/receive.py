@@ -1,13 +1,16 @@
 """One received bounce message, from the inbound server or the IMAP poller: parse, then decide.
 
 Never raises for what the message says: a malformed or unrelated message is logged with a
-one-line reason and dropped. Only the database failing is an error (the inbound server then
-answers 451, so the sending MTA tries again later).
+one-line reason and dropped. Only the database failing is an error: the IMAP poller leaves the
+message for its next round; the inbound server, which answers before applying a report (so its
+answer's timing says nothing about who is subscribed), has :class:`BounceWriter` try again.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,6 +22,7 @@ from newsletter.bounces.report import RATE_DAYS, alerts_for
 from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
 from newsletter.clock import utcnow
+from newsletter.errors import NewsletterError
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import client_network
@@ -131,3 +135,94 @@ class BounceReceiver:
                     "'newsletter status' for the rates per edition.",
                 )
         return over
+
+
+class BounceWriter:
+    """Applies the reports the inbound server took, one at a time, on a thread of its own.
+
+    The server answers a report before it is applied, after the same work for every report
+    (the per-host count): what it does to a subscriber's history cannot show in how long the
+    answer took, so the answer's timing does not tell a subscriber from a stranger. A report
+    the database cannot take is tried again (``retry_delays``, seconds), then logged and
+    dropped; one still queued when the process is killed is lost (a real relay's next report
+    about the next digest counts instead). :meth:`close` applies what is queued first.
+    """
+
+    THREAD = "bounce-writer"
+    """The name of the writer's thread."""
+
+    def __init__(
+        self,
+        receiver: BounceReceiver,
+        *,
+        capacity: int = 256,
+        retry_delays: Sequence[float] = (1.0, 5.0, 30.0),
+    ) -> None:
+        self.receiver = receiver
+        self.retry_delays = tuple(retry_delays)
+        self._queue: queue.Queue[tuple[bytes, tuple[str, ...], str] | None] = queue.Queue(
+            maxsize=capacity
+        )
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def put(self, data: bytes, recipients: Sequence[str], origin: str = "") -> bool:
+        """Queue one message for :meth:`BounceReceiver.receive`; False when the queue is full
+        (the server then asks the relay to try again later)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.THREAD, daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait((data, tuple(recipients), origin))
+        except queue.Full:
+            return False
+        return True
+
+    def settle(self) -> None:
+        """Wait until every report queued so far has been applied (or given up on)."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Apply what is queued (without waiting between retries), then stop the thread."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._closing.set()
+        self._queue.put(None)
+        thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._apply(*item)
+            finally:
+                self._queue.task_done()
+
+    def _apply(self, data: bytes, recipients: tuple[str, ...], origin: str) -> None:
+        where = f" from {clean(origin, 120)}" if origin else ""
+        for attempt, delay in enumerate((0.0, *self.retry_delays)):
+            if attempt:
+                self._closing.wait(delay)  # closing: no more waiting
+            try:
+                self.receiver.receive(data, recipients, origin)
+                return
+            except NewsletterError as e:  # the database (a StoreError), not the mail
+                log.warning(
+                    "bounces: could not record a report%s (try %d of %d): %s",
+                    where,
+                    attempt + 1,
+                    len(self.retry_delays) + 1,
+                    " ".join(str(e).split()),
+                )
+                if self._closing.is_set() and attempt:
+                    break
+            except Exception:  # a bug must not stop the writer
+                log.exception("bounces: could not apply a report%s", where)
+                return
+        log.error("bounces: a report%s was not recorded; dropped", where)

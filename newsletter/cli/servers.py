@@ -89,11 +89,12 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
     message in flight, then stops.
     """
     from newsletter.serve import run_service
-    from newsletter.tokens import signing_key
+    from newsletter.tokens import admin_token, signing_key
 
     with errors():
         config = obj.config
         signing_key(config)  # refuse to start without a strong link-signing key
+        admin_token(config)  # ... or with a weak admin token
         web = config.settings.web
         host, port = host or web.host, port or web.port
         run_service(

@@ -61,12 +61,14 @@ from newsletter.config.schedule import FetchTime, ScheduleSettings, WorkersSetti
 from newsletter.config.settings import Config, DatabaseSettings, Settings, SubscriberSeed
 from newsletter.config.web import (
     MAKE_SECRET_KEY,
+    MIN_ADMIN_TOKEN_LENGTH,
     MIN_SECRET_KEY_DISTINCT,
     MIN_SECRET_KEY_LENGTH,
     PUBLISHED_SECRET_KEYS,
     InboundSettings,
     RateLimitSettings,
     WebSettings,
+    admin_token_problem,
     loopback_listen,
     secret_key_problem,
 )
@@ -80,6 +82,7 @@ __all__ = [
     "ENV_CONFIG",
     "ENV_DATABASE_URL",
     "MAKE_SECRET_KEY",
+    "MIN_ADMIN_TOKEN_LENGTH",
     "MIN_SECRET_KEY_DISTINCT",
     "MIN_SECRET_KEY_LENGTH",
     "PUBLISHED_SECRET_KEYS",
@@ -110,6 +113,7 @@ __all__ = [
     "TopicSettings",
     "WebSettings",
     "WorkersSettings",
+    "admin_token_problem",
     "check_workers_database",
     "config_from_settings",
     "load_config",

@@ -1,8 +1,9 @@
 """The front doors: the ``web:`` and ``inbound:`` sections and the link-signing key's rules.
 
 The web app (where it listens, the admin token, the metrics listener on loopback), the limits on
-subscription requests, the receiver for email commands, and which signing keys are refused
-(empty, short, placeholders, keys published in newsletter's own files).
+subscription requests and admin token guesses, the receiver for email commands, and which
+signing keys and admin tokens are refused (empty, short, placeholders, keys published in
+newsletter's own files).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ MIN_SECRET_KEY_LENGTH = 32
 #: A key with fewer different characters than this is a placeholder ("xxxx…"), not a secret.
 MIN_SECRET_KEY_DISTINCT = 10
 MAKE_SECRET_KEY = 'python3 -c "import secrets; print(secrets.token_urlsafe(48))"'  # noqa: S105 - a command
+#: The shortest admin token accepted (``$NEWSLETTER_ADMIN_TOKEN``): the signing key's rules hold.
+MIN_ADMIN_TOKEN_LENGTH = MIN_SECRET_KEY_LENGTH
 
 #: Keys that were ever written in newsletter's own files (the compose file, docs, examples):
 #: public, so they sign nothing. tests/security/test_signing_key.py reads the repository and
@@ -81,27 +84,42 @@ def secret_key_problem(key: str) -> str | None:
     the key can sign a confirmation for any address, so such keys are refused by name, and
     keys that look like a placeholder by the words they contain.
     """
+    return _weak(key, "the secret key", MIN_SECRET_KEY_LENGTH)
+
+
+def admin_token_problem(token: str) -> str | None:
+    """Why ``token`` may not be the admin token (short, few characters, a placeholder,
+    published), or ``None``: the signing key's rules (:func:`secret_key_problem`).
+
+    The admin token opens ``POST /admin/send`` and ``GET /metrics`` to whoever sends it: a
+    guessable one ("a", "admin", "change-me") is as good as none, and worse, since the
+    operator believes the endpoints closed. An unset or empty variable turns them off instead.
+    """
+    return _weak(token, "the admin token", MIN_ADMIN_TOKEN_LENGTH)
+
+
+def _weak(key: str, what: str, min_length: int) -> str | None:
     if not key:
-        return f"the secret key is empty; make one with: {MAKE_SECRET_KEY}"
+        return f"{what} is empty; make one with: {MAKE_SECRET_KEY}"
     if key in PUBLISHED_SECRET_KEYS:
         return (
-            "the secret key is the example published in newsletter's own files, so anyone "
+            f"{what} is the example published in newsletter's own files, so anyone "
             f"has it; make one with: {MAKE_SECRET_KEY}"
         )
-    if len(key) < MIN_SECRET_KEY_LENGTH:
+    if len(key) < min_length:
         return (
-            f"the secret key is {len(key)} characters, fewer than {MIN_SECRET_KEY_LENGTH}; "
+            f"{what} is {len(key)} characters, fewer than {min_length}; "
             f"make one with: {MAKE_SECRET_KEY}"
         )
     if len(set(key)) < MIN_SECRET_KEY_DISTINCT:
         return (
-            f"the secret key has only {len(set(key))} different characters (a placeholder?); "
+            f"{what} has only {len(set(key))} different characters (a placeholder?); "
             f"make one with: {MAKE_SECRET_KEY}"
         )
     placeholder = _placeholder(key)
     if placeholder is not None:
         return (
-            f"the secret key is a placeholder (it says {placeholder!r}), not a secret; "
+            f"{what} is a placeholder (it says {placeholder!r}), not a secret; "
             f"make one with: {MAKE_SECRET_KEY}"
         )
     return None
@@ -122,7 +140,8 @@ class WebSettings(_Strict):
     """How long a confirmation link stays valid."""
     rate_limit: RateLimitSettings = Field(default_factory=lambda: RateLimitSettings())
     admin_token_env: str = "NEWSLETTER_ADMIN_TOKEN"  # noqa: S105 - the variable's name, not a secret
-    """The admin endpoint (POST /admin/send) is enabled when this variable holds a token."""
+    """The admin endpoint (POST /admin/send) is enabled when this variable holds a token; a
+    weak one (:func:`admin_token_problem`) stops ``newsletter serve``."""
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     """The largest request body the web app reads (forms, JSON); a larger one is answered 413."""
     metrics_listen: str | None = None
@@ -149,7 +168,8 @@ class WebSettings(_Strict):
         return value.strip()
 
     def admin_token(self) -> str | None:
-        """The admin token from the environment variable ``admin_token_env``, or ``None``."""
+        """The admin token from the environment variable ``admin_token_env``, or ``None``
+        (unchecked: see :func:`admin_token_problem`)."""
         return os.environ.get(self.admin_token_env) or None
 
 
@@ -186,11 +206,29 @@ class RateLimitSettings(_Strict):
     host) may make per ``per_ip_window`` seconds."""
     per_ip_window: int = Field(default=3600, ge=1)
     per_address: int = Field(default=3, ge=1)
-    """Confirmation or reminder mails one email address (its ``+tag`` ignored) may be sent per
-    ``per_address_window``."""
+    """Mails that anyone may have sent to one email address (its ``+tag`` ignored) per
+    ``per_address_window``: confirmations and "your subscription" mails answering subscribe
+    requests (form, API, email, ``subscribers invite``), and ``help``/``topics`` replies."""
     per_address_window: int = Field(default=86400, ge=1)
     email_confirmations_per_address: int = Field(default=1, ge=1)
     """Of those, confirmation mails answering an email command (whose From can be forged)."""
+    links_per_address: int = Field(default=3, ge=1)
+    """"Email me a link" mails per ``per_address_window``, asked from a page opened by the
+    reader's own digest link (a valid token): a budget of its own, which anonymous requests
+    (``per_address``) cannot spend."""
+    unsubscribe_per_address: int = Field(default=3, ge=1)
+    """Unsubscribe links answering the ``unsubscribe`` email command per ``per_address_window``:
+    a budget of its own, which subscribe requests and ``help`` replies cannot spend."""
+    admin_failures_per_ip: int = Field(default=10, ge=1)
+    """Wrong admin tokens (``/admin/send``, ``/metrics``) one client address (IPv6: its /64)
+    may send per ``admin_failures_window``; past that it is answered 429 with ``Retry-After``,
+    its token not compared, until its failures are older than the window. The right token is
+    never counted."""
+    admin_failures: int = Field(default=100, ge=1)
+    """Wrong admin tokens from all clients together per ``admin_failures_window``; past that
+    each client is answered 429 after its first failure. A client that sent no wrong token
+    is never slowed by the failures of others: the operator's right token still works."""
+    admin_failures_window: int = Field(default=600, ge=1)
 
 
 class InboundSettings(_Strict):
@@ -207,8 +245,10 @@ class InboundSettings(_Strict):
     max_per_hour: int = Field(default=60, ge=1)
     """Email commands answered per hour from everyone together; the rest are dropped (logged)."""
     trusted_relays: list[str] = Field(default_factory=lambda: ["127.0.0.1", "::1"])
-    """Peers (your MTA) whose topmost ``Received:`` header names the sending host, which the
-    per-host limit (``web.rate_limit.per_ip``) then counts; other peers are counted themselves."""
+    """Peers (your MTA) that name the sending host, which the per-host limits
+    (``web.rate_limit.per_ip``, ``bounces.per_host``) then count: by XFORWARD or XCLIENT (offered
+    to them only), else in their own comment on the topmost ``Received:`` line (never the
+    client's HELO); other peers are counted themselves."""
 
     @field_validator("address")
     @classmethod

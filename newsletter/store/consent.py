@@ -3,14 +3,17 @@ and the rate limits that guard the public forms (a mixin of the Store)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    Connection,
     delete,
     func,
     select,
+    text,
     update,
 )
 
@@ -22,6 +25,11 @@ from newsletter.models import (
 )
 from newsletter.store import tables as t
 from newsletter.store.base import StoreBase
+
+#: The first half of the two-integer PostgreSQL advisory lock key a rate check takes (the second
+#: half is a hash of its key): "rate" in ASCII. The two-integer key space does not overlap the
+#: one-bigint space other locks may use.
+RATE_LOCK_SPACE = 0x72617465
 
 _SAVE_ATTEMPTS = 5
 """How often a preferences save starts again when the status changed between its read and its
@@ -188,9 +196,22 @@ class ConsentStore(StoreBase):
 
         True: allowed (and counted). False: over the limit (not counted). Old events of the key
         are pruned on the way.
+
+        Atomic per key, across threads and processes: the count and the insert run under a lock
+        on the key (:func:`_lock_rate_key`), so requests made at once never all count the same
+        events and all get through.
         """
+        return self.take_rate(key, now, window=window, limit=limit) is not None
+
+    def take_rate(
+        self, key: str, now: datetime, *, window: timedelta, limit: int
+    ) -> tuple[int, int] | None:
+        """:meth:`hit_rate` that says more: ``(the counted event's id, how many are counted
+        within ``window`` with it)``, or ``None`` when over the limit (not counted). The id
+        lets the caller take the event back (:meth:`drop_rate_event`)."""
         since = now - window
         with self.engine.begin() as conn:
+            _lock_rate_key(conn, key)
             conn.execute(
                 delete(t.rate_events).where(t.rate_events.c.key == key, t.rate_events.c.at < since)
             )
@@ -200,9 +221,16 @@ class ConsentStore(StoreBase):
                 .where(t.rate_events.c.key == key, t.rate_events.c.at >= since)
             ).scalar_one()
             if used >= limit:
-                return False
-            conn.execute(t.rate_events.insert().values(key=key, at=now))
-            return True
+                return None
+            event_id = conn.execute(
+                t.rate_events.insert().values(key=key, at=now).returning(t.rate_events.c.id)
+            ).scalar_one()
+            return int(event_id), int(used) + 1
+
+    def drop_rate_event(self, event_id: int) -> None:
+        """Take back one counted request (an id from :meth:`take_rate`)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(t.rate_events).where(t.rate_events.c.id == event_id))
 
     def forget_rate(self, key: str) -> None:
         """Drop every request counted for ``key`` (an erased address leaves none)."""
@@ -215,3 +243,22 @@ class ConsentStore(StoreBase):
             return int(
                 conn.execute(delete(t.rate_events).where(t.rate_events.c.at < before)).rowcount
             )
+
+
+def _lock_rate_key(conn: Connection, key: str) -> None:
+    """Serialize the rate checks of ``key`` until ``conn``'s transaction ends.
+
+    PostgreSQL (READ COMMITTED): a transaction-scoped advisory lock on a hash of the key; the
+    next check of the key waits for this transaction to commit and then counts its event (each
+    statement reads what was committed before it started). Keys whose hashes collide only wait
+    for each other. SQLite: nothing to take here; the check's first statement is a write (the
+    ``DELETE`` of old events), which takes the database's write lock before anything is
+    counted, so checks run one after another.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    digest = hashlib.sha256(key.encode()).digest()
+    conn.execute(
+        text("SELECT pg_advisory_xact_lock(CAST(:space AS integer), CAST(:id AS integer))"),
+        {"space": RATE_LOCK_SPACE, "id": int.from_bytes(digest[:4], "big", signed=True)},
+    )

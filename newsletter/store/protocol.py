@@ -270,6 +270,16 @@ class Consent(Protocol):
         """Count one request for ``key`` unless ``limit`` were already made within ``window``."""
         ...
 
+    def take_rate(
+        self, key: str, now: datetime, *, window: timedelta, limit: int
+    ) -> tuple[int, int] | None:
+        """:meth:`hit_rate`, with the counted event's id and how many are counted with it."""
+        ...
+
+    def drop_rate_event(self, event_id: int) -> None:
+        """Take back one counted request (an id from :meth:`take_rate`)."""
+        ...
+
     def forget_rate(self, key: str) -> None:
         """Drop every request counted for ``key`` (an erased address leaves none)."""
         ...

@@ -8,7 +8,7 @@
   :class:`~newsletter.services.Services`.
 """
 
-from newsletter.subscribe.mailing import COMMANDS, Command, Mailing, parse_command
+from newsletter.subscribe.mailing import COMMANDS, Command, Mailing, Problem, parse_command
 from newsletter.subscribe.rules import (
     DOTLESS_DOMAINS,
     LIVE,
@@ -41,6 +41,7 @@ __all__ = [
     "Links",
     "Mailing",
     "Outcome",
+    "Problem",
     "Subscriptions",
     "blocked_message",
     "check_timezone",

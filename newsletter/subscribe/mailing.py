@@ -5,6 +5,12 @@
 double opt-in rule: the per-address and per-client rate limits, the signed manage and
 unsubscribe links and the pages reached by them, "mail me my links", and the answers to the
 ``unsubscribe``, ``topics`` and ``help`` email commands (:func:`parse_command` reads them).
+
+One address has three mail budgets per ``web.rate_limit.per_address_window``, so that a stranger
+spending one cannot silence the others: ``per_address`` for what anyone may ask (subscribe
+requests, ``help``/``topics`` replies), ``links_per_address`` for "Email me a link", asked with
+the reader's own digest token, and ``unsubscribe_per_address`` for the answers to the
+``unsubscribe`` email command.
 :class:`~newsletter.subscribe.service.Subscriptions` adds the rules on top.
 """
 
@@ -19,6 +25,7 @@ from datetime import date, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
 from email.utils import format_datetime, parseaddr
+from enum import StrEnum
 from typing import Any
 
 from newsletter.addresses import envelope_address, format_address
@@ -44,6 +51,15 @@ log = logging.getLogger(__name__)
 
 
 COMMANDS = ("subscribe", "unsubscribe", "topics", "help")
+
+
+class Problem(StrEnum):
+    """Why a command mail could not be used, in the reply's own fixed words. A reply never
+    quotes the mail: its From can be anyone's, so quoted text would be the forger's message to
+    them, sent from our domain (and DKIM-signed)."""
+
+    NO_COMMAND = "no command found in it"
+    UNKNOWN_TOPIC = "unknown topic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +115,21 @@ class Mailing:
     def _confirm_key(self, address: str) -> str:
         return self._keyed("confirm", mailbox(address))
 
+    def _links_key(self, address: str) -> str:
+        return self._keyed("links", mailbox(address))
+
+    def _unsubscribe_key(self, address: str) -> str:
+        return self._keyed("unsub", mailbox(address))
+
+    def _address_keys(self, address: str) -> tuple[str, ...]:
+        """Every rate-limit key an address has (an erased address leaves none of them)."""
+        return (
+            self._address_key(address),
+            self._confirm_key(address),
+            self._links_key(address),
+            self._unsubscribe_key(address),
+        )
+
     def forgotten_key(self, address: str) -> str:
         """The keyed hash an erased address leaves in the store (letter case ignored)."""
         return forgotten_key(self.secret, address)
@@ -125,12 +156,33 @@ class Mailing:
         )
 
     def _allow_mail(self, address: str) -> bool:
+        """The anonymous budget: requests anyone can make naming ``address``."""
         rl = self.settings.web.rate_limit
         return self.store.hit_rate(
             self._address_key(address),
             self.now(),
             window=timedelta(seconds=rl.per_address_window),
             limit=rl.per_address,
+        )
+
+    def _allow_links(self, address: str) -> bool:
+        """The reader's own budget: "Email me a link", asked with a valid token."""
+        rl = self.settings.web.rate_limit
+        return self.store.hit_rate(
+            self._links_key(address),
+            self.now(),
+            window=timedelta(seconds=rl.per_address_window),
+            limit=rl.links_per_address,
+        )
+
+    def _allow_unsubscribe_mail(self, address: str) -> bool:
+        """The unsubscribe budget: answers to the ``unsubscribe`` email command."""
+        rl = self.settings.web.rate_limit
+        return self.store.hit_rate(
+            self._unsubscribe_key(address),
+            self.now(),
+            window=timedelta(seconds=rl.per_address_window),
+            limit=rl.unsubscribe_per_address,
         )
 
     def _allow_email_confirmation(self, address: str) -> bool:
@@ -202,11 +254,13 @@ class Mailing:
 
     def mail_links(self, subscriber: Subscriber) -> Outcome:
         """Mail fresh manage and unsubscribe links to a live subscriber's own address (asked
-        from a page whose links are too old to hand out, :meth:`links_as_of`); counts against
-        ``per_address`` like any request. Raises ``DeliveryError``/``RelayError``."""
+        from a page whose links are too old to hand out, :meth:`links_as_of`). The page was
+        opened by the reader's own token, so this counts against ``links_per_address``, which
+        anonymous requests naming the address do not spend. Raises
+        ``DeliveryError``/``RelayError``."""
         if subscriber.status not in LIVE:
             return Outcome.NOT_SUBSCRIBED
-        if not self._allow_mail(subscriber.email):
+        if not self._allow_links(subscriber.email):
             return Outcome.LIMITED
         self._send_links(subscriber)
         return Outcome.MANAGE_SENT
@@ -215,10 +269,12 @@ class Mailing:
         """An ``unsubscribe`` mail command: answer with a one-button unsubscribe link.
 
         The From address of a mail can be forged, so the mail command never unsubscribes by
-        itself; the link goes to the address's owner.
+        itself; the link goes to the address's owner. Counts against
+        ``unsubscribe_per_address``, not the budget subscribe requests and ``help`` spend: a
+        stranger's requests naming the address do not keep its owner from leaving.
         """
         address = parse_address(email)
-        if not self._allow_mail(address):
+        if not self._allow_unsubscribe_mail(address):
             return Outcome.LIMITED
         sub = self.store.get_subscriber(address)
         if sub is None or sub.status in (
@@ -238,13 +294,15 @@ class Mailing:
         )
         return Outcome.UNSUBSCRIBE_SENT
 
-    def reply_info(self, email: str, command: str, problem: str | None = None) -> Outcome:
-        """Answer ``topics``/``help`` (or a command we could not use) with the topics and commands."""
+    def reply_info(self, email: str, command: str, problem: Problem | None = None) -> Outcome:
+        """Answer ``topics``/``help`` (or a command we could not use, ``problem``) with the
+        topics and commands; nothing of the request is quoted."""
         address = parse_address(email)
         if not self._allow_mail(address):
             return Outcome.LIMITED
         subject = "Topics" if command == "topics" else "How to subscribe"
-        self._send(address, subject, "web/mail/help.txt", {"problem": problem}, reply=True)
+        context = {"problem": Problem(problem).value if problem else None}
+        self._send(address, subject, "web/mail/help.txt", context, reply=True)
         return Outcome.REPLY_SENT
 
     # ------------------------------------------------------------ mail

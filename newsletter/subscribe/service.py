@@ -245,8 +245,8 @@ class Subscriptions(Mailing):
         from the address can (it drops the hash again).
         """
         address = parse_address(email)
-        self.store.forget_rate(self._address_key(address))
-        self.store.forget_rate(self._confirm_key(address))
+        for key in self._address_keys(address):
+            self.store.forget_rate(key)
         return self.store.remove_subscriber(
             address, forgotten=(self.forgotten_key(address), self.now())
         )

@@ -1,9 +1,20 @@
 """Operations endpoints: /metrics (Prometheus text format) and the admin send trigger, both
-behind the admin token (``web.admin_token_env``)."""
+behind the admin token (``web.admin_token_env``).
+
+Guessing the token is slowed (issue 42): wrong tokens are counted in the database, for every
+web process, per client address (IPv6: its /64) and from everyone together
+(``web.rate_limit.admin_failures_per_ip``, ``admin_failures``, ``admin_failures_window``). A
+client over its allowance is answered 429 with ``Retry-After`` and its token is not compared
+(were it compared, a guesser would keep guessing through the 429s: the one right guess would
+pass). The right token is never counted, and a client that sent no wrong token is never slowed
+by the others: past the overall cap each client is let one failure per window, not none.
+"""
 
 from __future__ import annotations
 
 import hmac
+import logging
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response
@@ -12,12 +23,17 @@ from prometheus_client.registry import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from newsletter.config import admin_token_problem
+from newsletter.subscribe.rules import client_network
 from newsletter.web.context import WebContext
 from newsletter.web.limits import validation_problem
 from newsletter.web.metrics import CONTENT_TYPE, exposition
+from newsletter.web.security import client_address
 
 if TYPE_CHECKING:
     from newsletter.edition import SendRequest
+
+log = logging.getLogger(__name__)
 
 router = APIRouter()
 
@@ -29,13 +45,47 @@ def _ctx(request: Request) -> WebContext:
 
 def _require_admin(ctx: WebContext, request: Request, what: str) -> None:
     """Refuse the request unless it carries the admin token: 404 when no token is set (the
-    route is off), 401 when the ``Authorization: Bearer`` header is missing or wrong."""
-    expected = ctx.config.settings.web.admin_token()
+    route is off), 503 when the token set is weak (``serve`` refuses to start with one; it is
+    never compared), 429 when this client sent too many wrong tokens (see the module's
+    docstring), 401 when the ``Authorization: Bearer`` header is missing or wrong.
+
+    Reads and writes the database: call it from a worker thread, not the event loop."""
+    web = ctx.config.settings.web
+    expected = web.admin_token()
     if expected is None:
         raise HTTPException(404, f"{what} (set the admin token variable)")
+    problem = admin_token_problem(expected)
+    if problem is not None:
+        log.error("the admin token in $%s is refused: %s", web.admin_token_env, problem)
+        raise HTTPException(503, f"the admin token in ${web.admin_token_env} is refused: {problem}")
+    rl = web.rate_limit
+    window = timedelta(seconds=rl.admin_failures_window)
+    now = ctx.now()
+    client = client_network(client_address(request))
+    slowed = HTTPException(
+        429,
+        "too many wrong admin tokens from your network; try again later",
+        headers={"Retry-After": str(rl.admin_failures_window)},
+    )
+    # Count this request as a failure before comparing (atomically, so guesses sent at once
+    # cannot all pass the check), and take the count back if the token is right.
+    mine = ctx.store.take_rate(
+        f"admin:{client}"[:120], now, window=window, limit=rl.admin_failures_per_ip
+    )
+    if mine is None:
+        raise slowed
+    everyone = ctx.store.take_rate("admin:all", now, window=window, limit=rl.admin_failures)
+    if everyone is None and mine[1] > 1:  # past the overall cap: one failure per client
+        log.warning("admin token: over web.rate_limit.admin_failures; %s slowed", client)
+        raise slowed
     given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
+    if hmac.compare_digest(given.encode(), expected.encode()):
+        ctx.store.drop_rate_event(mine[0])
+        if everyone is not None:
+            ctx.store.drop_rate_event(everyone[0])
+        return
+    log.warning("admin token: a wrong token from %s", client)
+    raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required")
 
 
 @router.get("/metrics", include_in_schema=False, response_model=None)
@@ -70,7 +120,7 @@ async def admin_send(request: Request, response: Response) -> dict[str, Any] | J
     (no ``to``, not ``dry_run``) with ``workers:`` configured queues the edition's chunks for
     the workers and answers 202 at once."""
     ctx = _ctx(request)
-    _require_admin(ctx, request, "the admin endpoint is disabled")
+    await run_in_threadpool(_require_admin, ctx, request, "the admin endpoint is disabled")
     raw = await request.body()
     if not raw.strip():
         return validation_problem([{"loc": ("body",), "msg": "a JSON object is required"}])

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -96,6 +96,24 @@ def deliver(port: int, rcpt: str, data: bytes) -> None:
         conn.sendmail("", [rcpt], data)  # bounces come with an empty MAIL FROM
 
 
+def applied(db_url: str, check: Callable[[Store], bool], timeout: float = 20) -> None:
+    """Wait until ``check`` holds: the inbound server applies a report just after answering it
+    (the answer's timing must not tell who is subscribed, issue 42)."""
+    store = Store(db_url)
+    try:
+        deadline = time.monotonic() + timeout
+        while not check(store):
+            assert time.monotonic() < deadline, "the reports were not applied"
+            time.sleep(0.05)
+    finally:
+        store.close()
+
+
+def status_of(store: Store, address: str) -> SubscriberStatus | None:
+    sub = store.get_subscriber(address)
+    return None if sub is None else sub.status
+
+
 def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
     config_path: Path,
     smtp_server: SmtpServer,
@@ -122,6 +140,17 @@ def test_a_bounce_to_the_digests_verp_sender_suppresses_the_reader(
     bounce = fixture("postfix-hard.eml", address=READER, message_id=message_id)
     deliver(inbound, digest.mail_from, bounce)
     deliver(inbound, digest.mail_from, bounce)  # delivered twice: counted once
+
+    def all_applied(st: Store) -> bool:
+        other = st.get_subscriber(OTHER)
+        return (
+            status_of(st, READER) is SubscriberStatus.SUPPRESSED
+            and other is not None
+            and bool(st.bounce_history(other.id))  # the forged one, kept unverified
+            and bool(smtp_server.messages_to("ops@papers.example.org"))  # the alert
+        )
+
+    applied(db_url, all_applied)
 
     store = Store(db_url)
     try:
@@ -195,6 +224,7 @@ def test_a_complaint_through_inbound_suppresses_at_once(
         f"Original-Mail-From: <{digest.mail_from}>".encode(),
     )
     deliver(inbound, "bounces@papers.example.org", arf)
+    applied(db_url, lambda st: status_of(st, OTHER) is SubscriberStatus.SUPPRESSED)
     store = Store(db_url)
     try:
         other = store.get_subscriber(OTHER)

@@ -32,7 +32,7 @@ from tests.edition.test_workers import (
 )
 from tests.edition.test_workers import queue as queue  # the fixture: a queue of this test's own
 
-TOKEN = "s3cret-admin-token"
+TOKEN = "s3cret-admin-token-for-the-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

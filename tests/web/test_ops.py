@@ -70,7 +70,7 @@ def test_admin_send_needs_the_token_and_sends_once(
     smtp_server: SmtpServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("NEWSLETTER_ADMIN_TOKEN", "s3cret-admin-token")
+    monkeypatch.setenv("NEWSLETTER_ADMIN_TOKEN", "s3cret-admin-token-for-the-tests-0123456789")
     web_store.add_subscriber("kernels@example.org", topics=["gpu-kernels"], now=NOW)
     run_fetch(web_config, web_store, NOW)
     assert client.post("/admin/send", json={}).status_code == 401
@@ -78,7 +78,7 @@ def test_admin_send_needs_the_token_and_sends_once(
         client.post("/admin/send", json={}, headers={"Authorization": "Bearer wrong"}).status_code
         == 401
     )
-    auth = {"Authorization": "Bearer s3cret-admin-token"}
+    auth = {"Authorization": "Bearer s3cret-admin-token-for-the-tests-0123456789"}
     dry = client.post("/admin/send", json={"dry_run": True}, headers=auth)
     assert dry.status_code == 200 and dry.json()["would_send"][0]["to"] == "kernels@example.org"
     assert smtp_server.received == []
