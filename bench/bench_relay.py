@@ -102,6 +102,7 @@ class Row:
     throttled: int
     refused: int
     peak: int
+    awaiting: int
     rate: float
     wall: float
     cpu_ms: float
@@ -214,6 +215,7 @@ def measure(
         throttled=got["throttled"],
         refused=got["refused_connections"],
         peak=got["peak_connections"],
+        awaiting=got["peak_awaiting"],
         rate=rate,
         wall=wall,
         cpu_ms=1000 * (ru.ru_utime + ru.ru_stime) / max(1, got["messages"]),
@@ -282,15 +284,17 @@ def report(rows: list[Row], n: int, baseline: Path | None, notes: list[str]) -> 
         " had open. limit: min(connections allowed / L, quota, the same backend's send at L = 0).",
         "",
         "| code | backend | L (ms) | relay allows | delivered | msg/s | connections (peak) "
+        "| awaiting the relay's answer (peak) "
         "| share of raw | share of limit | throttled | refused conns | duplicates "
         "| CPU ms/digest | peak RSS MB | wall s |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         allows = f"{r.allowed} conns" + (f", {r.quota:g}/s" if r.quota else "")
         out.append(
             f"| {r.code} | {r.backend} | {r.delay_ms} | {allows} | {r.delivered:,} / "
-            f"{r.subscribers:,} | {r.rate:.1f} | {r.peak} | {_f(r.raw_share, '.2f')} | "
+            f"{r.subscribers:,} | {r.rate:.1f} | {r.peak} | {r.awaiting} | "
+            f"{_f(r.raw_share, '.2f')} | "
             f"{_f(r.limit_share, '.2f')} | {r.throttled} | {r.refused} | {r.duplicates} | "
             f"{r.cpu_ms:.2f} | {r.peak_rss_mb:.0f} | {r.wall:.1f} |"
         )

@@ -53,6 +53,9 @@ class Relay:
         self.recipients: Counter[str] = Counter()
         self.sizes: list[int] = []
         self.kept: list[bytes] = []
+        self.awaiting = 0
+        self.peak_awaiting = 0
+        """The most messages at once past their final dot and not answered yet."""
         self.first: float | None = None
         self.last: float | None = None
 
@@ -86,6 +89,7 @@ class Relay:
             "throttled": self.throttled,
             "refused_connections": self.refused,
             "peak_connections": self.peak,
+            "peak_awaiting": self.peak_awaiting,
             "first": self.first,
             "last": self.last,
             "median_size": median,
@@ -132,16 +136,19 @@ class Session(asyncio.Protocol):
             RELAY.open -= 1
             self.counted = False
 
-    def reply(self, text: bytes, delay: float) -> None:
-        """Write ``text`` after ``delay`` seconds, never before an earlier reply."""
+    def reply(self, text: bytes, delay: float, *, answered: bool = False) -> None:
+        """Write ``text`` after ``delay`` seconds, never before an earlier reply (``answered``:
+        it answers a final dot)."""
         at = max(self.loop.time() + delay, self.next_at)
         self.next_at = at
         if at <= self.loop.time():
-            self.transport.write(text)
+            self._write(text, answered)
         else:
-            self.loop.call_at(at, self._write, text)
+            self.loop.call_at(at, self._write, text, answered)
 
-    def _write(self, text: bytes) -> None:
+    def _write(self, text: bytes, answered: bool = False) -> None:
+        if answered:
+            RELAY.awaiting -= 1
         if not self.transport.is_closing():
             self.transport.write(text)
 
@@ -162,7 +169,9 @@ class Session(asyncio.Protocol):
                 self.rcpts, self.mail = [], False
                 del self.buffer[: at + len(END)]
                 self.in_data = False
-                self.reply(b"250 2.0.0 Ok: queued\r\n", RELAY.dot)
+                RELAY.awaiting += 1
+                RELAY.peak_awaiting = max(RELAY.peak_awaiting, RELAY.awaiting)
+                self.reply(b"250 2.0.0 Ok: queued\r\n", RELAY.dot, answered=True)
                 continue
             end = self.buffer.find(b"\r\n")
             if end < 0:
