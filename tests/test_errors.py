@@ -60,10 +60,11 @@ def test_the_docstring_tree_is_the_class_tree() -> None:
         parents.append(name)
 
 
-INTERNAL = {"NotInlinable", "Crowded"}
+INTERNAL = {"NotInlinable", "Crowded", "BadForward"}
 """Signals caught by their one caller, never shown: render.py inlines such a template's CSS per
 message instead; the sender pool hands a message to another connection when the relay refused
-its connection as one too many."""
+its connection as one too many; the inbound server answers an unreadable XFORWARD or XCLIENT
+with 501."""
 
 
 def test_every_error_the_package_defines_is_a_newsletter_error_and_in_the_tree() -> None:
