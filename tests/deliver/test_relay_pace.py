@@ -31,6 +31,8 @@ from tests.deliver.test_wire import dotted_digest
 from tests.sends import run_send
 from tests.smtpfaults import Fault, FaultHandler, FaultServer, fault_server
 
+pytestmark = pytest.mark.slow  # real sends of hundreds of readers through a relay that waits
+
 
 def _send(
     tmp_path: Path,
