@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from newsletter.models import MAX_TEXT_CHARS
+
 LIMIT = 320
 """Excerpts are at most this many characters (about two lines of a phone screen, three of a
 desktop card), ellipsis included."""
@@ -52,29 +54,36 @@ _SUBJECT = re.compile(
 )
 """Who does something in a contribution sentence: "we", "our ...", "this paper", "It then ..."
 (a bare "It was introduced by ..." is about someone else's work)."""
-_NEAR = r",?(?:\s+[\w'-]+,?){0,3}?\s+"
-"""Up to three words between the subject and its verb ("we then present", "our paper proposes")."""
+_NEAR = r",?(?:\s{1,3}[\w'-]{1,64},?){0,3}?\s{1,3}"
+"""Up to three words between the subject and its verb ("we then present", "our paper proposes").
+Bounded (words of at most 64 characters, a few spaces): a subject is matched against the next
+few words only, whatever follows them."""
 _CONTRIBUTES = re.compile(
     _NEAR + r"(?:propos|present|introduc|develop|design|describ|buil[dt]|creat|releas|offer)"
-    r"(?:e|es|ed|s|t)?\b"
-    r"|.*?\bby (?:propos|present|introduc|develop|design|build|creat)ing\b",
+    r"(?:e|es|ed|s|t)?\b",
     re.IGNORECASE,
 )
+_BY_DOING = re.compile(
+    r"\bby (?:propos|present|introduc|develop|design|build|creat)ing\b", re.IGNORECASE
+)
 """The verbs that announce the contribution, right after the subject ("we propose", "It then
-proposes") or as "by introducing": the first such sentence wins. "presents" far from "we" is
-not one ("we find that the heterogeneity of GPUs presents an opportunity")."""
+proposes", :data:`_CONTRIBUTES`) or anywhere after it as "by introducing" (:data:`_BY_DOING`):
+the first such sentence wins. "presents" far from "we" is not one ("we find that the
+heterogeneity of GPUs presents an opportunity")."""
 _CLAIMS = re.compile(
     _NEAR + r"(?:show|demonstrat|find|prov|report)(?:e|es|ed|s|n)?\b", re.IGNORECASE
 )
 """Weaker: "we show that ...", used only when no sentence announces a contribution."""
 _RESULT = re.compile(
-    r"\d(?:[\d,]*\d)?(?:\.\d+)?\s*(?:[x×](?![\d\w])|times(?!\w)|-?fold\b|\\?%|percent\b"
+    r"(?<!\d)\d(?:[\d,]{0,24}\d)?(?:\.\d{1,12})?\s?"
+    r"(?:[x×](?![\d\w])|times(?!\w)|-?fold\b|\\?%|percent\b"
     r"|(?:percentage )?points?\b|pp\b|dB\b|FPS\b|fps\b)"
     r"|(?<![\w.])[x×]\d"
     r"|\bspeed-?ups? (?:of|by) (?:up to |over |about )?\d",
 )
 """A headline number: ``10x``, ``×3``, ``3.93x``, ``77%``, ``32-fold``, ``+2.1 points``, ``46 FPS``.
-``1024x1024`` (a size) is not one."""
+``1024x1024`` (a size) is not one. A number is tried from its first digit only, and its digits
+are bounded: a run of a million digits costs one pass, not one per digit."""
 
 
 _MARKS = re.compile(r"[.?!()\[\]{}]")
@@ -141,7 +150,7 @@ def _abbreviation(text: str, dot: int) -> bool:
 def lead_excerpt(text: str, limit: int = LIMIT) -> str:
     """The first sentences of ``text`` that fit in ``limit`` characters, or its start cut at a
     safe word boundary with an ellipsis (the excerpt of an abstract with no contribution)."""
-    text = " ".join(text.split())
+    text = " ".join(text[:MAX_TEXT_CHARS].split())
     if len(text) <= limit:
         return text
     kept: list[str] = []
@@ -185,14 +194,21 @@ def _after_abbreviation(text: str, space: int) -> bool:
 
 
 def _contribution(parts: list[str]) -> int | None:
-    """The index of the sentence that says what the paper did, if one does."""
+    """The index of the sentence that says what the paper did, if one does.
+
+    Linear in the text: each subject is matched where it stands (no copy of the rest) against
+    the few words after it, and "by introducing" is looked for once per sentence: a subject
+    before its last occurrence announces a contribution."""
     weak = None
     for i, s in enumerate(parts):
+        by_doing = -1
+        for by_doing_found in _BY_DOING.finditer(s):
+            by_doing = by_doing_found.start()
         for subject in _SUBJECT.finditer(s):
-            after = s[subject.end() :]
-            if _CONTRIBUTES.match(after):
+            end = subject.end()
+            if end <= by_doing or _CONTRIBUTES.match(s, end):
                 return i
-            if weak is None and _CLAIMS.match(after):
+            if weak is None and _CLAIMS.match(s, end):
                 weak = i
     return weak
 
@@ -204,9 +220,10 @@ def excerpt(text: str, limit: int = LIMIT) -> str:
     (in the abstract's order), else the first such sentence cut with "…" after the clause that
     holds its number (:func:`_result_clause`), if that fits; without a result, the sentences that
     follow the contribution while they fit. No contribution sentence: the first sentences (:func:`lead_excerpt`). A
-    contribution sentence longer than ``limit`` is cut (:func:`cut`).
+    contribution sentence longer than ``limit`` is cut (:func:`cut`). Reads at most
+    :data:`~newsletter.models.MAX_TEXT_CHARS` of ``text``.
     """
-    text = " ".join(text.split())
+    text = " ".join(text[:MAX_TEXT_CHARS].split())
     parts = sentences(text)
     found = _contribution(parts)
     if found is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from newsletter.config import Config, SourceSettings
 from newsletter.identity import content_hash
-from newsletter.models import Paper, PaperData, PaperWrite, SourceState
+from newsletter.models import Paper, PaperData, PaperWrite, SourceState, capped
 from newsletter.sources import PARSERS, arxiv_api
 from newsletter.sources.base import ParseResult, Skipped, clean_result
 from newsletter.sources.fetch import Fetcher, FetchError
@@ -368,6 +368,7 @@ def _store_page(
 ) -> SourceReport:
     """Decide and write one parsed page; add its counts to the report."""
     parsed = clean_result(parsed)  # feed text is normalised here, before anything uses it
+    parsed = replace(parsed, papers=tuple(_capped(source.name, p) for p in parsed.papers))
     for s in parsed.skipped:
         log.info("source %s: skipped %s: %s", source.name, s.what, s.reason)
     existing = store.papers_by_keys(p.key for p in parsed.papers)
@@ -402,6 +403,15 @@ def _store_page(
         skipped=(*report.skipped, *parsed.skipped),
         errors=(*report.errors, *parsed.problems),
     )
+
+
+def _capped(source: str, paper: PaperData) -> PaperData:
+    """``paper`` within the caps on stored text (:func:`newsletter.models.capped`), with one
+    log line per field it cut, naming the source and the paper."""
+    paper, notes = capped(paper)
+    for note in notes:
+        log.warning("source %s: paper %.200s: %s", source, paper.key, note)
+    return paper
 
 
 def _save_failure(

@@ -28,6 +28,8 @@ import re
 
 from pylatexenc.latex2text import LatexNodes2Text
 
+from newsletter.models import MAX_TEXT_CHARS, clip
+
 log = logging.getLogger(__name__)
 
 _LATEX_SIGN = re.compile(r"[\\$~{}^]|--|``")
@@ -40,7 +42,10 @@ _CONVERTER = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
 
 @functools.lru_cache(maxsize=8192)
 def to_text(text: str) -> str:
-    """``text`` with its LaTeX turned into Unicode text, on one line; the raw text on failure."""
+    """``text`` with its LaTeX turned into Unicode text, on one line; the raw text on failure.
+
+    At most :data:`~newsletter.models.MAX_TEXT_CHARS` of ``text`` are read (and shown)."""
+    text = clip(text, MAX_TEXT_CHARS)
     if not text or not _LATEX_SIGN.search(text):
         return text
     try:
@@ -80,8 +85,43 @@ def _prepared(part: str) -> str:
 
 
 def _latex(part: str) -> str:
-    """pylatexenc's text for ``part``."""
+    """pylatexenc's text for ``part``; ``part`` itself when it is too tangled to parse."""
+    if _tangled(part):
+        log.debug("LaTeX too deeply nested or left open; showing it raw: %.80r", part)
+        return part
     return str(_CONVERTER.latex_to_text(part)).replace("\xa0", " ")
+
+
+_GROUPS = re.compile(r"\\[A-Za-z@]+\*?\s*\[|\\.|[{}\]]", re.DOTALL)
+"""What :func:`_tangled` counts: an optional argument opened (``\\sqrt[``), an escaped character
+(skipped: ``\\{`` is no brace), a brace, a closing bracket."""
+MAX_DEPTH = 10
+"""Braces nested deeper than this are not parsed (an abstract's formulas nest a few levels)."""
+MAX_OPEN = 2
+"""Groups (braces, optional arguments) left open at the end of a part: more are not parsed."""
+
+
+def _tangled(part: str) -> bool:
+    """Whether pylatexenc would take exponential time on ``part`` (issue 42): its lenient parser
+    retries each way to read a group left open, so each open brace or optional argument doubles
+    the work (``\\frac{`` seven times before a 5,000-character text took 2 s, 40 times: hours).
+    Too deep braces, an optional argument inside another (LaTeX closes both at the first
+    ``]``), or more than :data:`MAX_OPEN` groups open at the end."""
+    braces = deepest = optional = 0
+    for m in _GROUPS.finditer(part):
+        sign = m.group()
+        if sign == "{":
+            braces += 1
+            deepest = max(deepest, braces)
+        elif sign == "}":
+            braces = max(0, braces - 1)
+        elif sign == "]":
+            optional = max(0, optional - 1)
+        elif sign.endswith("["):
+            optional += 1
+            if optional > 1:
+                return True
+    return deepest > MAX_DEPTH or braces + optional > MAX_OPEN
 
 
 _WORD = re.compile(r"\S+")

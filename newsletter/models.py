@@ -8,7 +8,7 @@ ORM rows never leave ``newsletter.store``; these types are what the rest of the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -48,6 +48,58 @@ class PaperData:
     comments: int | None = None
     code_stars: int | None = None
     """The code repository's stars, when the source gives them (never fetched from GitHub)."""
+
+
+# What a source may store per paper (issue 42): any feed can carry megabytes in one field, and
+# every per-paper stage (LaTeX, excerpt, ranking's tokenizer, embedding) pays for its length,
+# once per paper and again per digest part. Ingest cuts each field to these caps and logs one
+# line per cut field; the stages cut again (rows stored before the caps came).
+MAX_TITLE_CHARS = 500
+"""A title's characters (arXiv's longest run to about 300)."""
+MAX_ABSTRACT_CHARS = 5_000
+"""An abstract's characters: arXiv's stop at 1,920; a blog's summary may be longer."""
+MAX_AUTHORS = 1_000
+"""Names in an author list (the largest collaborations list a few thousand: the first
+thousand are kept, and "+ N more" then counts from them)."""
+MAX_AUTHOR_CHARS = 200
+"""One author name's characters."""
+MAX_TEXT_CHARS = MAX_ABSTRACT_CHARS
+"""What a per-paper stage reads of any one text (title or abstract), whatever is stored."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: cut at the last space in its final tenth when
+    there is one, else at ``limit``, and ended with "…"; unchanged when it fits."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = head.rfind(" ", limit - 1 - max(1, limit // 10))
+    if space > 0:
+        head = head[:space]
+    return head.rstrip() + "…"
+
+
+def capped(paper: PaperData) -> tuple[PaperData, tuple[str, ...]]:
+    """``paper`` within the caps above, and one note per field that was cut (empty: unchanged).
+
+    A note reads "abstract cut to 5,000 of 1,048,576 characters"."""
+    notes: list[str] = []
+    title, abstract, authors = paper.title, paper.abstract, paper.authors
+    if len(title) > MAX_TITLE_CHARS:
+        notes.append(f"title cut to {MAX_TITLE_CHARS:,} of {len(title):,} characters")
+        title = clip(title, MAX_TITLE_CHARS)
+    if len(abstract) > MAX_ABSTRACT_CHARS:
+        notes.append(f"abstract cut to {MAX_ABSTRACT_CHARS:,} of {len(abstract):,} characters")
+        abstract = clip(abstract, MAX_ABSTRACT_CHARS)
+    long_names = sum(1 for a in authors[:MAX_AUTHORS] if len(a) > MAX_AUTHOR_CHARS)
+    if len(authors) > MAX_AUTHORS or long_names:
+        kept = f"kept {min(len(authors), MAX_AUTHORS):,} of {len(authors):,} names"
+        cut = f", {long_names:,} cut to {MAX_AUTHOR_CHARS} characters" if long_names else ""
+        notes.append(f"authors: {kept}{cut}")
+        authors = tuple(clip(a, MAX_AUTHOR_CHARS) for a in authors[:MAX_AUTHORS])
+    if not notes:
+        return paper, ()
+    return replace(paper, title=title, abstract=abstract, authors=authors), tuple(notes)
 
 
 def _init_values(obj: Any) -> dict[str, Any]:

@@ -70,7 +70,7 @@ from newsletter.inline import (
     to_references,
 )
 from newsletter.latex import to_text
-from newsletter.models import Digest, DigestItem
+from newsletter.models import MAX_AUTHOR_CHARS, Digest, DigestItem, clip
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +190,18 @@ def _ascii_markup(value: object) -> object:
 
 
 def short_authors(authors: tuple[str, ...] | list[str], shown: int = 3) -> str:
-    """ "A. Author, B. Author + 5 more"."""
-    names = [" ".join(a.split()) for a in authors if a.strip()]
+    """ "A. Author, B. Author + 5 more" (each name shown in at most
+    :data:`~newsletter.models.MAX_AUTHOR_CHARS`)."""
+    names = [a for a in authors if a and not a.isspace()]
     if not names:
         return ""
+    first = names if len(names) <= shown + 1 else names[:shown]
+    text = ", ".join(
+        clip(" ".join(a[: 2 * MAX_AUTHOR_CHARS].split()), MAX_AUTHOR_CHARS) for a in first
+    )
     if len(names) <= shown + 1:  # "+ 1 more" is longer than the name it hides
-        return ", ".join(names)
-    return ", ".join(names[:shown]) + f" + {len(names) - shown} more"
+        return text
+    return text + f" + {len(names) - shown} more"
 
 
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str | None = None) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from newsletter.models import Paper
+from newsletter.models import MAX_AUTHORS, MAX_TEXT_CHARS, Paper
 from newsletter.rank.rules import Tokens, Vocabulary
 from newsletter.text import author_key, category_key, compound_parts, read_defined, tokenize
 
@@ -97,10 +97,12 @@ class Documents:
         parts: list[list[str]] = []
         learned: dict[str, Counter[tuple[Tokens, str]]] = {}
         for paper in papers:
-            (title, abstract), found = read_defined(paper.title, paper.abstract)
+            # Whatever is stored, the tokenizer reads a bounded text (issue 42).
+            title_text = paper.title[:MAX_TEXT_CHARS]
+            (title, abstract), found = read_defined(title_text, paper.abstract[:MAX_TEXT_CHARS])
             titles.append(title)
             abstracts.append(abstract)
-            parts.append(compound_parts(paper.title))
+            parts.append(compound_parts(title_text))
             for key, (_, long) in found.items():
                 toks = tuple(tokenize(long))
                 learned.setdefault(key, Counter())[(toks, " ".join(long.split()))] += 1
@@ -263,7 +265,7 @@ class PaperIndex:
         author_rows = [
             (p, vocab.authors[author_key(a)])
             for p, paper in enumerate(self.papers)
-            for a in paper.authors
+            for a in paper.authors[:MAX_AUTHORS]
             if author_key(a) in vocab.authors
         ]
         self.authors_t = _csr(

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from newsletter.models import Paper
+from newsletter.models import MAX_TEXT_CHARS, Paper
 from newsletter.rank.tiled_matmul import Tiles, column_tiles, dense_product, times_tiles
 from newsletter.semantic.space import ROCCHIO_BETA, ROCCHIO_GAMMA
 from newsletter.text import read_defined
@@ -244,7 +244,9 @@ class ProfileSpace:
                 if paper.key in known:
                     title, abstract = known[paper.key]
                 else:
-                    (title, abstract), _ = read_defined(paper.title, paper.abstract)
+                    (title, abstract), _ = read_defined(
+                        paper.title[:MAX_TEXT_CHARS], paper.abstract[:MAX_TEXT_CHARS]
+                    )
                 self.keys[paper.key] = len(rows)
                 rows.append((title, abstract))
         self.titles = {p.key: p.title for p in examples}

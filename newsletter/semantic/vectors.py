@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import Config, TopicSettings
-from newsletter.models import Paper
+from newsletter.models import MAX_TEXT_CHARS, Paper
 from newsletter.semantic.model import (
     ALIASES,
     ENABLE,
@@ -46,8 +46,9 @@ FloatArray = npt.NDArray[np.float32]
 
 
 def paper_text(paper: Paper) -> str:
-    """What a paper's vector embeds: its title, then its abstract."""
-    title, abstract = paper.title.strip(), paper.abstract.strip()
+    """What a paper's vector embeds: its title, then its abstract (each at most
+    :data:`~newsletter.models.MAX_TEXT_CHARS`, whatever is stored)."""
+    title, abstract = paper.title[:MAX_TEXT_CHARS].strip(), paper.abstract[:MAX_TEXT_CHARS].strip()
     return f"{title}. {abstract}" if abstract else title
 
 

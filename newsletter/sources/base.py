@@ -12,7 +12,7 @@ from typing import Any
 import feedparser
 
 from newsletter.models import PaperData
-from newsletter.text import one_line_text, strip_controls
+from newsletter.text import collapse_spaces, one_line_text, strip_controls
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +35,9 @@ class ParseResult:
     """For paginated sources: how many results the whole query has."""
 
 
-_WS = re.compile(r"\s+")
-
-
 def clean_text(text: str | None) -> str:
     """Collapse whitespace (including CR/LF) to single spaces."""
-    return _WS.sub(" ", text or "").strip()
+    return collapse_spaces(text or "")
 
 
 def clean_paper(paper: PaperData) -> PaperData:
