@@ -20,10 +20,13 @@ Both are pure in their decisions (a clock is passed in); the pool only reports w
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 DECREASE = 0.7
 """The factor a throttling reply cuts the shared rate by (CUBIC's beta, RFC 9438): the rate then
@@ -148,7 +151,8 @@ WINDOW_MESSAGES = 8
 """Deliveries per connection in one measuring window (and :data:`WINDOW_SECONDS` at least)."""
 WINDOW_SECONDS = 0.25
 REPROBE_WINDOWS = 20
-"""Windows at a plateau before one more connection is tried again (the relay may have sped up)."""
+"""Windows at a plateau before one more connection is tried again (the relay may have sped up,
+or taken more connections than it seemed when several were refused at once)."""
 
 
 class Connections:
@@ -183,7 +187,7 @@ class Connections:
         self._window_start = clock()
         self._window_count = 0
         self._last: tuple[int, float] | None = None
-        """(connections, messages a second) of the last window at a different target."""
+        """(connections open, messages a second) of the last window before a change."""
         self._plateau = 0
         """Windows since the rate stopped rising (0: still growing)."""
         self.on_change: Callable[[int], None] | None = None
@@ -261,7 +265,16 @@ class Connections:
             ):
                 return
             rate = self._window_count / elapsed
+            before = self.target
             self._decide(rate)
+            if self.target != before:
+                log.info(
+                    "connections: %d -> %d (%.1f messages a second on %d)",
+                    before,
+                    self.target,
+                    rate,
+                    min(self.active, before),
+                )
             self._restart()
 
     def _restart(self) -> None:
@@ -269,30 +282,32 @@ class Connections:
         self._window_count = 0
 
     def _decide(self, rate: float) -> None:
-        """One window's rate at :attr:`target` connections: grow, hold or probe again."""
-        limit = self.ceiling if self.learned is None else min(self.ceiling, self.learned)
+        """One window's rate: grow, go back, hold or probe again."""
         if self.active < self.target:  # not all slots in use: the relay is not what limits
             return
+        now = min(self.active, self.target)  # the connections this window ran on
         last = self._last
         if self._plateau:
             self._plateau += 1
-            if self._plateau > REPROBE_WINDOWS and self.target < limit:
-                self._last = (self.target, rate)
+            if self._plateau > REPROBE_WINDOWS and self.target < self.ceiling:
+                self._last = (now, rate)
                 self.target += 1
                 self._plateau = 0
                 self._cond.notify()
             return
-        if last is not None and last[0] < self.target:
+        if last is not None and last[0] < now:
             gained = rate / last[1] - 1 if last[1] > 0 else 1.0
-            ideal = self.target / last[0] - 1
+            ideal = now / last[0] - 1
             if gained < GAIN * ideal:  # the last connections brought too little: back to before
                 self._plateau = 1
-                self.target = last[0]
+                self.target = max(last[0], 1)
                 return
+            if self.learned is not None and now > self.learned:
+                self.learned = None  # a probe past the limit held: the relay takes more
+        limit = self.ceiling if self.learned is None else min(self.ceiling, self.learned)
+        self._last = (now, rate)
         if self.target >= limit:
             self._plateau = 1
-            self._last = (self.target, rate)
             return
-        self._last = (self.target, rate)
         self.target = min(limit, self.target + max(1, self.target // 2))
         self._cond.notify_all()

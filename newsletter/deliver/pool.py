@@ -127,8 +127,8 @@ class SendPool:
         self.relay_error: str | None = None
         self._timeouts = 0
         self._crowded_alone = 0
-        self._connected = 0
-        """Senders whose connection the relay has answered (a message taken on it)."""
+        self._mailers: set[Mailer] = set()
+        """The senders' mailers (a connected one has a connection the relay greeted)."""
         self._local = threading.local()
         """Per sender: its last posted ``sent`` mark."""
         self.crash: BaseException | None = None
@@ -297,6 +297,8 @@ class SendPool:
                     continue
                 if mailer is None:
                     mailer = self.factory()
+                    with self._record_lock:
+                        self._mailers.add(mailer)
                 first = False
                 if not self._probed.is_set():
                     # The run's first message goes alone: if the relay is unreachable or refuses
@@ -340,7 +342,8 @@ class SendPool:
         if unrecorded is not None:
             self.ledger.wait(unrecorded)
             self._local.unrecorded = None
-        self._disconnected()
+        with self._record_lock:
+            self._mailers.discard(mailer)
         mailer.close()
         with self._record_lock:
             self._answers.append((mailer.answers, mailer.answer_seconds))
@@ -375,13 +378,6 @@ class SendPool:
             self._release(job, f"internal error: {e}")
         return True
 
-    def _disconnected(self) -> None:
-        """This sender's connection is closed (or was refused): one fewer open."""
-        if getattr(self._local, "connected", False):
-            self._local.connected = False
-            with self._record_lock:
-                self._connected -= 1
-
     def _crowded(self, job: Job, tries: Tries, e: Crowded) -> bool:
         """The relay refused this connection as one too many: the message goes back to
         ``claimed`` (the relay does not have it) and to another connection; this one is given
@@ -392,8 +388,9 @@ class SendPool:
             LedgerOp("mark", claim.id, sub.id, status=EditionStatus.CLAIMED, error=e.reply)
         )
         smtp = self.settings.smtp
-        self._disconnected()  # a 421 in the session closed this one too
-        if self.connections.crowded(self._connected):
+        with self._record_lock:  # this one is closed: the relay refused it, or said 421 on it
+            others = sum(m.connected for m in self._mailers)
+        if self.connections.crowded(others):
             log.info(
                 "the relay at %s:%d refused a connection as too many (%s): sending on %d",
                 smtp.host,
@@ -481,10 +478,6 @@ class SendPool:
                 self._note(Outcome.SENT, job)
                 self.connections.delivered()
                 self._crowded_alone = 0
-                if not getattr(self._local, "connected", False):
-                    self._local.connected = True
-                    with self._record_lock:
-                        self._connected += 1
                 return
             if step.then is Then.SLOW_DOWN and self.limiter.throttled(ticket):
                 log.info(

@@ -35,6 +35,10 @@ class Mailer(Protocol):
     answer_seconds: float
     """Seconds, all of them together, from their final dots to the relay's ``250``."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether a connection the relay greeted is open."""
+
     def send(self, envelope: Envelope) -> None:
         """Hand the message to the relay; raises :class:`DeliveryError`, :class:`Crowded` or
         :class:`RelayError`."""
@@ -214,6 +218,11 @@ class SmtpMailer:
         """Messages the relay took on this mailer's connections."""
         self.answer_seconds = 0.0
         """Seconds, all of them together, from their final dot to the relay's ``250``."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether a connection the relay greeted is open."""
+        return self._conn is not None
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS settings for this relay (system CAs, hostname checked), built once: loading

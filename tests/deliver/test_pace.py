@@ -88,11 +88,21 @@ def test_sends_are_spaced_at_the_cut_rate() -> None:
     assert second - first == pytest.approx(1 / rate)
 
 
-def run_windows(conns: Connections, t: FakeTime, rate_at: dict[int, float], windows: int) -> None:
-    """Deliver at the rate the relay allows for the current target (every slot in use)."""
+def run_windows(
+    conns: Connections,
+    t: FakeTime,
+    rate_at: dict[int, float],
+    windows: int,
+    relay_limit: int | None = None,
+) -> None:
+    """Deliver at the rate the relay allows for the current target (every slot in use); a
+    connection past ``relay_limit`` is refused as too many."""
     for _ in range(windows):
         while conns.active < conns.target:
             assert conns.enter(never)
+            if relay_limit is not None and conns.active > relay_limit:
+                conns.crowded(relay_limit)
+                conns.leave()
         while conns.active > conns.target and conns.over():
             pass
         n = conns.active
@@ -127,8 +137,21 @@ def test_too_many_connections_brings_the_target_down_to_those_open() -> None:
     assert open_now > INITIAL
     assert conns.crowded(open_now - 1)  # one more than the relay takes
     assert conns.target == open_now - 1 and conns.learned == open_now - 1
-    run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 40)
-    assert conns.target == open_now - 1  # never probes past what the relay refused
+    refused = conns.refusals
+    run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 45, relay_limit=open_now - 1)
+    assert conns.target == open_now - 1  # it tried one more now and then, and kept the limit
+    assert 1 <= conns.refusals - refused <= 3, "a probe every 20 windows at most"
+
+
+def test_a_limit_found_too_low_grows_when_a_probe_holds() -> None:
+    """Several connections refused at once may make the limit look lower than it is: a
+    probe past it that the relay takes raises it."""
+    t = FakeTime()
+    conns = Connections(20, clock=t.clock)
+    run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 1)
+    assert conns.crowded(conns.active - 2)  # looked like 4, the relay takes 8
+    run_windows(conns, t, {n: 10.0 * n for n in range(1, 21)}, 100, relay_limit=8)
+    assert conns.target == 8 and conns.learned == 8
 
 
 def test_a_lone_connection_refused_as_too_many_keeps_its_slot() -> None:
