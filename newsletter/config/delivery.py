@@ -122,7 +122,8 @@ class DeliverySettings(_Strict):
     """Seconds a run's claim on an edition is respected by other runs. A claim whose owner
     process is gone (same host) is taken over at once; one from another host after this."""
     queue_size: int = Field(default=0, ge=0, le=10000)
-    """Rendered messages waiting for a connection (0: twice ``smtp.pool_size``); bounds memory."""
+    """Rendered messages waiting for a connection (0: twice the connections a send opens
+    first, ``smtp.pool_start``, and at least 8); bounds memory."""
     crash_duplicates: str | None = Field(default=None, json_schema_extra={"removed": True})
     """Removed (the final-dot gate is gone): kept only so that a config that still sets it
     is told what replaced it, with its file and line."""

@@ -139,7 +139,8 @@ class SendPool:
             smtp.pool_size, initial=smtp.pool_start, fixed=not smtp.pool_adapt
         )
         """How many connections are open, and how many may be (see :mod:`.pace`)."""
-        size = self.delivery.queue_size or 2 * smtp.pool_size
+        first = smtp.pool_start if smtp.pool_adapt else smtp.pool_size
+        size = self.delivery.queue_size or max(8, 2 * first)
         self._queue: queue.Queue[Job] = queue.Queue(maxsize=size)
         self._again: deque[tuple[Job, Tries]] = deque()
         """Jobs a connection the relay refused as too many hands to the others."""
@@ -150,12 +151,20 @@ class SendPool:
         self._answers: list[tuple[int, float]] = []
         """Per closed mailer: (messages, seconds from their final dots to the relay's 250)."""
         self._started = time.monotonic()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"smtp-sender-{i}", daemon=True)
-            for i in range(smtp.pool_size)
-        ]
-        for th in self._threads:
-            th.start()
+        self._threads: list[threading.Thread] = []
+        """Sender threads, started as the connection target grows (up to ``smtp.pool_size``)."""
+        self._spawn_lock = threading.Lock()
+        self._spawn(self.connections.target)
+
+    def _spawn(self, upto: int) -> None:
+        """Start sender threads until there are ``upto``."""
+        with self._spawn_lock:
+            while len(self._threads) < upto and not self._closing.is_set():
+                th = threading.Thread(
+                    target=self._run, name=f"smtp-sender-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(th)
+                th.start()
 
     def _connections_changed(self, active: int) -> None:
         # a batch of "sending" marks waits for as many calls as connections are open
@@ -183,7 +192,9 @@ class SendPool:
         """
         self._closing.set()
         self.connections.wake()
-        for th in self._threads:
+        with self._spawn_lock:  # no thread starts once closing is set
+            threads = list(self._threads)
+        for th in threads:
             while th.is_alive() and not self.at_once.is_set():
                 th.join(0.1)
         if self.at_once.is_set():
@@ -477,6 +488,8 @@ class SendPool:
             if step is None:
                 self._note(Outcome.SENT, job)
                 self.connections.delivered()
+                if len(self._threads) < self.connections.target:
+                    self._spawn(self.connections.target)
                 self._crowded_alone = 0
                 return
             if step.then is Then.SLOW_DOWN and self.limiter.throttled(ticket):
