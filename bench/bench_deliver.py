@@ -260,13 +260,14 @@ def prebuilt_message(tmp: Path, port: int) -> bytes:
     return data
 
 
-def raw_smtplib(port: int, n: int, data: bytes) -> float:
-    """``n`` sendmail calls of prebuilt ``data`` over POOL reused connections; seconds taken."""
+def raw_smtplib(port: int, n: int, data: bytes, connections: int = POOL) -> float:
+    """``n`` sendmail calls of prebuilt ``data`` over ``connections`` reused connections (POOL);
+    seconds taken."""
     counter = iter(range(n))
     lock = threading.Lock()
 
     def worker() -> None:
-        conn = smtplib.SMTP("127.0.0.1", port, timeout=30)
+        conn = smtplib.SMTP("127.0.0.1", port, timeout=60)
         try:
             while True:
                 with lock:
@@ -277,7 +278,7 @@ def raw_smtplib(port: int, n: int, data: bytes) -> float:
         finally:
             conn.quit()
 
-    threads = [threading.Thread(target=worker) for _ in range(POOL)]
+    threads = [threading.Thread(target=worker) for _ in range(connections)]
     started = time.perf_counter()
     for th in threads:
         th.start()

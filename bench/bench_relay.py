@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import smtplib
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +36,7 @@ from typing import Any
 import yaml
 
 from bench import summary
-from bench.bench_send import ROOT, Database, pg_reason, seed, seed_vectors, topic_list
+from bench.bench_send import ROOT, Database, Sink, pg_reason, seed, seed_vectors, topic_list
 
 DELAYS = (0, 20, 100, 400)
 CONNECTIONS = 16
@@ -49,46 +46,12 @@ QUOTA = (6, 40.0, 20)
 """The throttling relay: connections, messages a second, answer time in ms."""
 
 
-class Relay:
-    """:mod:`bench.relay_sim` in a process of its own."""
+class Relay(Sink):
+    """:mod:`bench.relay_sim` in a process of its own (:meth:`stop` returns its stats)."""
 
     def __init__(self, tmp: Path, name: str, *, dot: float, connections: int, quota: float = 0):
-        from newsletter.sink import free_port
-
-        self.port = free_port()
-        self.stats = tmp / f"{name}.relay.json"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.relay_sim",
-                str(self.port),
-                "--dot",
-                str(dot),
-                "--connections",
-                str(connections),
-                "--quota",
-                str(quota),
-                "--stats",
-                str(self.stats),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError("the relay simulator did not start")
-
-    def stop(self) -> dict[str, Any]:
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.stdout is not None
-        self.proc.stdout.read()
-        self.proc.stdout.close()
-        self.proc.wait()
-        stats: dict[str, Any] = json.loads(self.stats.read_text())
-        stats["typical"] = self.stats.with_suffix(".eml").read_bytes()
-        return stats
+        args = ["--dot", str(dot), "--connections", str(connections), "--quota", str(quota)]
+        super().__init__(tmp, name, module="bench.relay_sim", args=args)
 
 
 @dataclass
@@ -154,28 +117,9 @@ def run_send(config: Path, log: Path, code: Path | None) -> tuple[float, Any]:
 def raw_smtplib(port: int, n: int, data: bytes, connections: int) -> float:
     """``n`` sendmail calls of ``data`` over ``connections`` reused connections: messages a
     second."""
-    counter = iter(range(n))
-    lock = threading.Lock()
+    from bench.bench_deliver import raw_smtplib as raw
 
-    def worker() -> None:
-        conn = smtplib.SMTP("127.0.0.1", port, timeout=60)
-        try:
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                conn.sendmail("digest@papers.example.org", [f"raw{i:06d}@example.org"], data)
-        finally:
-            conn.quit()
-
-    threads = [threading.Thread(target=worker) for _ in range(connections)]
-    started = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return n / (time.perf_counter() - started)
+    return n / raw(port, n, data, connections)
 
 
 def measure(

@@ -69,22 +69,24 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Sink:
     """:mod:`bench.smtp_counter` in its own process; :meth:`stop` returns what it received."""
 
-    def __init__(self, tmp: Path, name: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        *,
+        module: str = "bench.smtp_counter",
+        args: list[str] | None = None,
+    ) -> None:
+        """``module`` (``bench.smtp_counter`` or ``bench.relay_sim``) on a free port, with
+        ``args`` (default: the aiosmtpd sink unless ``NEWSLETTER_BENCH_SINK=counter``)."""
         from newsletter.sink import free_port
 
         self.port = free_port()
         self.stats = tmp / f"{name}.sink.json"
-        kind = ["--aiosmtpd"] if os.environ.get("NEWSLETTER_BENCH_SINK") != "counter" else []
+        if args is None:
+            args = ["--aiosmtpd"] if os.environ.get("NEWSLETTER_BENCH_SINK") != "counter" else []
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.smtp_counter",
-                str(self.port),
-                *kind,
-                "--stats",
-                str(self.stats),
-            ],
+            [sys.executable, "-m", module, str(self.port), *args, "--stats", str(self.stats)],
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import statistics
 import time
 from collections import Counter
@@ -217,14 +216,10 @@ class Session(asyncio.Protocol):
 
 
 async def serve(port: int) -> None:
+    from bench.smtp_counter import _until_signalled
+
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(Session, "127.0.0.1", port, backlog=512)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    print("ready", flush=True)
-    await stop.wait()
-    server.close()
+    await _until_signalled(await loop.create_server(Session, "127.0.0.1", port, backlog=512))
 
 
 def main() -> None:
