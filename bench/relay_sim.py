@@ -31,7 +31,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-END = b"\r\n.\r\n"
+from bench.smtp_counter import Sink, _address
+from bench.smtp_counter import _until_signalled as until_signalled
+
 KEEP = 200
 
 
@@ -102,20 +104,15 @@ class Relay:
 RELAY: Relay
 
 
-def _address(line: bytes) -> str:
-    arg = line[8:].decode("utf-8", "replace").strip()
-    return arg.split(">", 1)[0].lstrip("<").strip().lower()
-
-
-class Session(asyncio.Protocol):
-    """One client connection."""
+class Session(Sink):
+    """One client connection: the counting sink's parsing, this relay's answers."""
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self.loop = asyncio.get_running_loop()
         self.buffer = bytearray()
         self.in_data = False
-        self.scanned = 0
+        self._scanned = 0
         self.mail = False
         self.rcpts: list[str] = []
         self.next_at = 0.0
@@ -151,35 +148,14 @@ class Session(asyncio.Protocol):
         if not self.transport.is_closing():
             self.transport.write(text)
 
-    def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while True:
-            if self.in_data:
-                if self.buffer.startswith(b".\r\n"):
-                    self.buffer[:0] = b"\r\n"
-                at = self.buffer.find(END, max(0, self.scanned - 4))
-                if at < 0:
-                    self.scanned = len(self.buffer)
-                    return
-                body = None
-                if len(RELAY.kept) < KEEP:
-                    body = bytes(self.buffer[:at]).replace(b"\r\n..", b"\r\n.") + b"\r\n"
-                RELAY.accepted(self.rcpts, at + 2, body)
-                self.rcpts, self.mail = [], False
-                del self.buffer[: at + len(END)]
-                self.in_data = False
-                RELAY.awaiting += 1
-                RELAY.peak_awaiting = max(RELAY.peak_awaiting, RELAY.awaiting)
-                self.reply(b"250 2.0.0 Ok: queued\r\n", RELAY.dot, answered=True)
-                continue
-            end = self.buffer.find(b"\r\n")
-            if end < 0:
-                return
-            line = bytes(self.buffer[:end])
-            del self.buffer[: end + 2]
-            self.command(line)
+    def _message(self, at: int) -> None:
+        RELAY.accepted(self.rcpts, at + 2, self.body(at) if len(RELAY.kept) < KEEP else None)
+        self.rcpts, self.mail = [], False
+        RELAY.awaiting += 1
+        RELAY.peak_awaiting = max(RELAY.peak_awaiting, RELAY.awaiting)
+        self.reply(b"250 2.0.0 Ok: queued\r\n", RELAY.dot, answered=True)
 
-    def command(self, line: bytes) -> None:
+    def _command(self, line: bytes) -> None:
         verb = line[:4].upper()
         wait = RELAY.command
         if verb in (b"EHLO", b"HELO"):
@@ -201,7 +177,7 @@ class Session(asyncio.Protocol):
         elif verb == b"DATA":
             if self.mail and self.rcpts:
                 self.in_data = True
-                self.scanned = 0
+                self._scanned = 0
                 self.reply(b"354 End data with <CR><LF>.<CR><LF>\r\n", wait)
             else:
                 self.reply(b"503 5.5.1 Error: need RCPT command\r\n", wait)
@@ -216,10 +192,8 @@ class Session(asyncio.Protocol):
 
 
 async def serve(port: int) -> None:
-    from bench.smtp_counter import _until_signalled
-
     loop = asyncio.get_running_loop()
-    await _until_signalled(await loop.create_server(Session, "127.0.0.1", port, backlog=512))
+    await until_signalled(await loop.create_server(Session, "127.0.0.1", port, backlog=512))
 
 
 def main() -> None:

@@ -95,15 +95,9 @@ class Sink(asyncio.Protocol):
                 if at < 0:
                     self._scanned = len(self.buffer)
                     return
-                data = None
-                if STATS.wants_data:  # undo the dot-stuffing: the bytes the client sent
-                    data = bytes(self.buffer[:at]).replace(b"\r\n..", b"\r\n.") + b"\r\n"
-                STATS.add(self.rcpts, at + 2, data)
-                self.rcpts = []
+                self._message(at)
                 del self.buffer[: at + len(END)]
                 self.in_data = False
-                Sink.count += 1
-                self.transport.write(b"250 OK\r\n")
                 continue
             end = self.buffer.find(b"\r\n")
             if end < 0:
@@ -111,6 +105,17 @@ class Sink(asyncio.Protocol):
             line = bytes(self.buffer[:end])
             del self.buffer[: end + 2]
             self._command(line)
+
+    def body(self, at: int) -> bytes:
+        """The message ending at ``at`` in the buffer, dot-stuffing undone: the client's bytes."""
+        return bytes(self.buffer[:at]).replace(b"\r\n..", b"\r\n.") + b"\r\n"
+
+    def _message(self, at: int) -> None:
+        """A message's final dot came (its data is ``buffer[:at]``): count it and answer."""
+        STATS.add(self.rcpts, at + 2, self.body(at) if STATS.wants_data else None)
+        self.rcpts = []
+        Sink.count += 1
+        self.transport.write(b"250 OK\r\n")
 
     def _command(self, line: bytes) -> None:
         verb = line[:4].upper()
