@@ -7,6 +7,9 @@ propose X") and, when there is one, the number that says how well it works ("10x
 ``limit`` characters; an abstract with no contribution sentence falls back to its first
 sentences (:func:`lead_excerpt`). Sentences are never split inside parentheses or after an
 abbreviation such as "e.g.", and a cut never falls inside parentheses or right after one.
+The reader never sees the sentences left out, so the excerpt starts at the claim ("To address
+this challenge, we propose X" shows "We propose X": :func:`claim_first`), and a sentence shown
+without the one before it loses the connective pointing back to it (:func:`standalone`).
 ``tests/excerpts`` measures the choice against a judged sample (docs/digest.md has the figures).
 """
 
@@ -194,7 +197,14 @@ def _after_abbreviation(text: str, space: int) -> bool:
 
 
 def _contribution(parts: list[str]) -> int | None:
-    """The index of the sentence that says what the paper did, if one does.
+    """The index of the sentence that says what the paper did, if one does."""
+    found = _claim(parts)
+    return None if found is None else found[0]
+
+
+def _claim(parts: list[str]) -> tuple[int, int] | None:
+    """The index of the sentence that says what the paper did, if one does, and where its
+    subject starts ("we propose" in "To address this challenge, we propose ...").
 
     Linear in the text: each subject is matched where it stands (no copy of the rest) against
     the few words after it, and "by introducing" is looked for once per sentence: a subject
@@ -207,34 +217,43 @@ def _contribution(parts: list[str]) -> int | None:
         for subject in _SUBJECT.finditer(s):
             end = subject.end()
             if end <= by_doing or _CONTRIBUTES.match(s, end):
-                return i
+                return i, subject.start()
             if weak is None and _CLAIMS.match(s, end):
-                weak = i
+                weak = i, subject.start()
     return weak
 
 
 def excerpt(text: str, limit: int = LIMIT) -> str:
     """What the paper did (and its headline result) in at most ``limit`` characters.
 
-    The contribution sentence, then the first other sentence with a headline number if both fit
-    (in the abstract's order), else the first such sentence cut with "…" after the clause that
-    holds its number (:func:`_result_clause`), if that fits; without a result, the sentences that
-    follow the contribution while they fit. No contribution sentence: the first sentences (:func:`lead_excerpt`). A
-    contribution sentence longer than ``limit`` is cut (:func:`cut`). Reads at most
-    :data:`~newsletter.models.MAX_TEXT_CHARS` of ``text``.
+    The contribution sentence, from its claim (:func:`claim_first`), then the first other
+    sentence with a headline number if both fit (in the abstract's order; one before the
+    contribution only if it speaks of "we", "our ...": before the claim, numbers are usually
+    the background's), else the first such sentence cut with "…" after the clause that holds
+    its number (:func:`_result_clause`), if that fits; without a result, the sentences that
+    follow the contribution while they fit. A sentence shown without the one before it loses
+    the connective that points back to it (:func:`standalone`). No contribution sentence: the
+    first sentences (:func:`lead_excerpt`). A contribution sentence longer than ``limit`` is cut
+    (:func:`cut`). Reads at most :data:`~newsletter.models.MAX_TEXT_CHARS` of ``text``.
     """
     text = " ".join(text[:MAX_TEXT_CHARS].split())
     parts = sentences(text)
-    found = _contribution(parts)
-    if found is None:
+    claim = _claim(parts)
+    if claim is None:
         return lead_excerpt(text, limit)
-    main = parts[found]
+    found, subject = claim
+    main = claim_first(parts[found], subject)
     if len(main) > limit:
         return cut(main, limit)
     chosen = [found]
     shown = list(parts)
+    shown[found] = main
     room = limit - len(main) - 1
-    results = [i for i, s in enumerate(parts) if i != found and _RESULT.search(s)]
+    results = [
+        i
+        for i, s in enumerate(parts)
+        if i != found and _RESULT.search(s) and (i > found or _SUBJECT.search(s))
+    ]
     fits = [i for i in results if len(parts[i]) <= room]
     if fits:
         chosen.append(fits[0])
@@ -252,7 +271,10 @@ def excerpt(text: str, limit: int = LIMIT) -> str:
                 break
             chosen.append(i)
             length += 1 + len(parts[i])
-    return " ".join(shown[i] for i in sorted(set(chosen)))
+    order = sorted(set(chosen))
+    return " ".join(
+        shown[i] if i == found or i - 1 in order else standalone(shown[i]) for i in order
+    )
 
 
 def _result_clause(sentence: str, room: int) -> str | None:
@@ -279,3 +301,182 @@ def _result_clause(sentence: str, room: int) -> str | None:
     if best < 0:
         return None
     return sentence[:best] + "…"
+
+
+# ---------------------------------------------------------------- connectives that point back
+
+_CONNECTIVES = frozenset(
+    [
+        "also",
+        "additionally",
+        "in addition",
+        "besides",
+        "further",
+        "furthermore",
+        "moreover",
+        "however",
+        "nevertheless",
+        "nonetheless",
+        "still",
+        "yet",
+        "meanwhile",
+        "therefore",
+        "thus",
+        "hence",
+        "consequently",
+        "accordingly",
+        "as a result",
+        "as such",
+        "in turn",
+        "instead",
+        "in contrast",
+        "by contrast",
+        "conversely",
+        "on the other hand",
+        "on the contrary",
+        "similarly",
+        "likewise",
+        "specifically",
+        "in particular",
+        "notably",
+        "especially",
+        "importantly",
+        "more importantly",
+        "crucially",
+        "first",
+        "firstly",
+        "second",
+        "secondly",
+        "third",
+        "thirdly",
+        "next",
+        "then",
+        "subsequently",
+        "finally",
+        "lastly",
+        "ultimately",
+        "overall",
+        "in summary",
+        "in conclusion",
+        "to summarize",
+        "to conclude",
+        "in short",
+        "for example",
+        "for instance",
+        "that is",
+        "in other words",
+        "namely",
+        "indeed",
+        "in fact",
+        "to this end",
+        "to that end",
+        "in response",
+    ]
+)
+"""Words that join a sentence to the one before it: "However, ...", "Furthermore, ..."."""
+_POINTS_BACK = re.compile(
+    r"\b(?:these|those|such|above|aforementioned|former|latter|both|its|their|them|they|it"
+    r"|this(?! (?:paper|work|study|article|dissertation|thesis|report|research|letter|chapter"
+    r"|survey|note|manuscript|submission)\b)"
+    r"|that (?:end|goal|purpose|aim|problem|challenge|issue|gap)|do so|two worlds)\b"
+    r"|\bthe (?:[\w-]{1,64} ){0,2}?(?:problems?|issues?|challenges?|limitations?|gaps?"
+    r"|drawbacks?|bottlenecks?|shortcomings?|difficult(?:y|ies)|obstacles?|dilemmas?"
+    r"|concerns?)$",
+    re.IGNORECASE,
+)
+"""What makes a lead-in lean on what came before: "this challenge", "these issues", "the
+above limitations", "To do so", "the best of two worlds" ("In this paper" does not)."""
+_LEADS = frozenset(
+    ["to", "in", "on", "for", "with", "by", "from", "at", "under", "over", "after", "before",
+     "during", "through", "toward", "towards", "given", "unlike", "beyond", "despite", "due",
+     "thanks", "according", "against", "among", "across", "within", "without", "upon", "into",
+     "regarding", "as", "along", "apart", "built"]
+)  # fmt: skip
+"""How a lead-in (a phrase before the sentence's subject) starts: a preposition or "to"; a
+word in -ing or -ed starts one too ("Observing this, ...")."""
+MAX_LEAD_WORDS = 15
+"""A longer phrase before a comma is content, not a lead-in: kept."""
+
+
+def _lead_in(piece: str) -> bool:
+    """Whether ``piece`` (a phrase that ended with a comma) points back: a connective, or a
+    short lead-in phrase with a word that refers to earlier sentences (or it is no phrase at
+    all: a stray comma)."""
+    words = piece.split()
+    if not words:
+        return True
+    if len(words) > MAX_LEAD_WORDS:
+        return False
+    if " ".join(words).lower() in _CONNECTIVES:
+        return True
+    first = words[0].lower()
+    return (first in _LEADS or first.endswith(("ing", "ed"))) and bool(_POINTS_BACK.search(piece))
+
+
+def _pieces(text: str, stop: int) -> list[tuple[int, int]]:
+    """(start, end) of each phrase of ``text[:stop]`` that ends with a comma outside brackets,
+    from the start (end is the comma's position); at most a few, read once."""
+    out: list[tuple[int, int]] = []
+    depth = 0
+    start = 0
+    for i in range(min(stop, len(text))):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0:
+            out.append((start, i))
+            start = i + 1
+            if len(out) > 3:
+                break
+    return out
+
+
+def _capitalized(text: str) -> str:
+    """``text`` with its first word capitalized when it is a plain lower-case word ("we",
+    "the"), not a name written in lower case ("im2win", "iPhone", "k-means")."""
+    first = text.split(" ", 1)[0]
+    return text[:1].upper() + text[1:] if first.isalpha() and first.islower() else text
+
+
+def claim_first(sentence: str, subject: int) -> str:
+    """The contribution ``sentence`` from its claim: the phrases before its subject (which
+    starts at ``subject``) that point back are left out ("To address this challenge, we
+    propose X" → "We propose X"; "Furthermore, in this paper, we present" → "In this paper, we
+    present"); the others stay."""
+    if subject <= 0:
+        return sentence
+    pieces = _pieces(sentence, subject)
+    if not pieces or sentence[pieces[-1][1] + 1 : subject].strip():
+        return sentence  # something other than a phrase with its comma before the subject
+    # Each piece from its first word to the next one (its comma and a space): the words and
+    # the marks between the pieces kept stay as they were.
+    kept: list[str] = []
+    for a, b in pieces:
+        if _lead_in(sentence[a:b]):
+            continue
+        end = b + 1
+        while end < subject and sentence[end] == " ":
+            end += 1
+        kept.append(sentence[a:end].lstrip())
+    if len(kept) == len(pieces):
+        return sentence
+    return _capitalized("".join([*kept, sentence[subject:]]).lstrip())
+
+
+def standalone(sentence: str) -> str:
+    """``sentence`` as it reads without the sentence before it: the connective or lead-in
+    phrases it opens with are left out ("However, ...", "Meanwhile, the kernels ..." → "The
+    kernels ..."), as long as at least three words remain."""
+    rest = 0
+    for a, b in _pieces(sentence, len(sentence)):
+        if not _lead_in(sentence[a:b]):
+            break
+        rest = b + 1
+    if not rest:
+        return sentence
+    remainder = sentence[rest:].lstrip()
+    if len(remainder.split()) < 3 or not remainder[:1].isalnum():
+        return sentence
+    return _capitalized(remainder)

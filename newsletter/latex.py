@@ -18,6 +18,11 @@ each island of LaTeX (a word with a LaTeX sign, with the words an open brace or 
 on to; from a command outside braces, the rest of the string) is converted alone. A string
 whose LaTeX could reach further (``\\begin``, ``$$``, ``\\[``, a comment) is converted whole,
 as before; the tests hold both ways equal.
+
+Math a source already flattened (its backslashes dropped: ``15times sim 24times``, ``179times``)
+is repaired by :func:`tidy_math` into the characters pylatexenc gives the LaTeX it came from
+("15×∼24×", "179×"), and simple exponents become superscripts ("O(n^2)" → "O(n²)"); only next
+to a number, where the remnant cannot be a word ("10 times faster" and "sometimes" stay).
 """
 
 from __future__ import annotations
@@ -43,11 +48,12 @@ _CONVERTER = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
 @functools.lru_cache(maxsize=8192)
 def to_text(text: str) -> str:
     """``text`` with its LaTeX turned into Unicode text, on one line; the raw text on failure.
+    Either way the remnants of math a source flattened are repaired (:func:`tidy_math`).
 
     At most :data:`~newsletter.models.MAX_TEXT_CHARS` of ``text`` are read (and shown)."""
     text = clip(text, MAX_TEXT_CHARS)
     if not text or not _LATEX_SIGN.search(text):
-        return text
+        return tidy_math(text)
     try:
         out: list[str] = []
         at = 0
@@ -59,10 +65,10 @@ def to_text(text: str) -> str:
         converted = " ".join("".join(out).split())
     except Exception as e:
         log.debug("LaTeX not converted (%s: %s); showing it raw: %.80r", type(e).__name__, e, text)
-        return text
+        return tidy_math(text)
     if text.strip() and not converted:
-        return text
-    return converted
+        return tidy_math(text)
+    return tidy_math(converted)
 
 
 def _convert(part: str) -> str:
@@ -187,3 +193,80 @@ def _islands(part: str) -> list[tuple[str, bool]]:
     if start >= 0:
         pieces.append((part[start:], True))
     return pieces
+
+
+# ---------------------------------------------------------------- math a source flattened
+
+_SYMBOLS = {
+    "times": "×",
+    "sim": "∼",
+    "approx": "≈",
+    "simeq": "≃",
+    "leq": "≤",
+    "geq": "≥",
+    "lesssim": "≲",
+    "gtrsim": "≳",
+    "neq": "≠",
+    "pm": "±",
+    "mp": "∓",
+    "cdot": "·",
+    "propto": "∝",
+}
+"""The commands whose names a flattened formula leaves behind, as pylatexenc writes them."""
+_NUMBER_AFTER = r"(?=[-+−]?\d)(?![-+−]?\d{1,24}(?:\.\d{1,24})?[A-Za-wyz])"
+"""A number follows (not a word that starts with digits: "2real" of "sim2real", "4B")."""
+
+
+def _names(without: set[str]) -> str:
+    """The names of :data:`_SYMBOLS` but ``without``, longest first, as a regex alternation;
+    ``approx.`` is the abbreviation, and ``pm``/``mp`` only name a sign before a number ("at
+    3pm" is a time)."""
+    names = sorted(set(_SYMBOLS) - without, key=len, reverse=True)
+    guard = {"approx": r"(?!\.)", "pm": f"(?= ?{_NUMBER_AFTER})", "mp": f"(?= ?{_NUMBER_AFTER})"}
+    return "|".join(name + guard.get(name, "") for name in names)
+
+
+_GLUED = re.compile(
+    # glued to the number before it, not to a word: "179times", "15times", "1008times756",
+    # "0.3pm0.1" (a space before the next number goes too: "2leq 3" is "2≤3")
+    rf"(?<=\d)(?P<name>{_names(set())})(?![A-Za-z])(?![-+−]?\d{{1,24}}(?:\.\d{{1,24}})?"
+    rf"[A-Za-wyz])(?: {_NUMBER_AFTER})?"
+    # a word of its own, never an English one: "L_infty"
+    r"|(?<![A-Za-z])(?P<infty>infty)(?![A-Za-z])"
+)
+_BETWEEN = re.compile(
+    # between two numbers, spaced: "15× sim 24×", "0.5 pm 0.1" (never "times": "3 times 4")
+    rf"(?<=[\d×%]) ?\b(?P<name>{_names({'times'})}) ?{_NUMBER_AFTER}"
+)
+_SUPERSCRIPT = re.compile(r"(?<=[\w)\]])\^(?P<sign>[-+−]?)(?P<power>\d{1,3}(?!\d)|n(?![A-Za-z]))")
+"""A simple exponent left as ``^``: a number of up to three digits, signed, or ``n``."""
+_SUPERSCRIPTS = str.maketrans("0123456789-+−n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁻ⁿ")
+
+
+def tidy_math(text: str) -> str:
+    """``text`` with the remnants of flattened math next to a number as their symbols.
+
+    ``179times`` → "179×", ``15times sim 24times`` → "15×∼24×", ``0.5 pm 0.1`` → "0.5±0.1",
+    ``L_infty`` → "L_∞", and a simple exponent as a superscript: ``O(n^2)`` → "O(n²)",
+    ``10^-3`` → "10⁻³". A remnant is repaired only glued to a number or between two numbers,
+    so words are never touched ("sometimes", "sim2real", "10 times faster", "at 3pm"); URLs
+    are left alone. A pass of each pattern: linear in the text.
+    """
+    if not (_GLUED.search(text) or _BETWEEN.search(text) or "^" in text):
+        return text
+    out: list[str] = []
+    at = 0
+    for m in _URL.finditer(text):
+        out.append(_tidy(text[at : m.start()]))
+        out.append(m.group())
+        at = m.end()
+    out.append(_tidy(text[at:]))
+    return "".join(out)
+
+
+def _tidy(part: str) -> str:
+    part = _GLUED.sub(lambda m: "∞" if m["infty"] else _SYMBOLS[m["name"]], part)
+    part = _BETWEEN.sub(lambda m: _SYMBOLS[m["name"]], part)
+    if "^" in part:
+        part = _SUPERSCRIPT.sub(lambda m: (m["sign"] + m["power"]).translate(_SUPERSCRIPTS), part)
+    return part

@@ -1,8 +1,13 @@
-"""LaTeX reads as text (issue 29, item 2): converted at render time, stored raw, never a crash."""
+"""LaTeX reads as text (issue 29, item 2): converted at render time, stored raw, never a crash.
+
+Math a source already flattened reads as math too (issue 43, item 2): "15times sim 24times"
+is "15×∼24×", and no ordinary word is ever touched.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable
 
 import pytest
@@ -22,7 +27,7 @@ from tests.test_ingest import MONDAY
 @pytest.mark.parametrize(
     ("raw", "shown"),
     [
-        ("Sub-$O(n^2)$ HPCTransCompile", "Sub-O(n^2) HPCTransCompile"),
+        ("Sub-$O(n^2)$ HPCTransCompile", "Sub-O(n²) HPCTransCompile"),
         (r"\textit{Fast}~serving", "Fast serving"),
         (r"M\'elange: serving", "Mélange: serving"),
         (r"+22.0\% over {\it torch.matmul}", "+22.0% over torch.matmul"),
@@ -59,8 +64,8 @@ def test_the_digest_shows_latex_as_text_in_both_parts() -> None:
     out = renderer.render(digest, D.links())
     for part in (out.html, out.text):
         assert "$" not in part and r"\%" not in part
-    assert "Sub-O(n^2) HPCTransCompile" in out.html
-    assert "Sub-O(n^2) HPCTransCompile" in " ".join(out.text.split())
+    assert "Sub-O(n²) HPCTransCompile" in html.unescape(out.html)  # ASCII: "n&#178;"
+    assert "Sub-O(n²) HPCTransCompile" in " ".join(out.text.split())
     # A title no parser can read is shown raw; the digest is still rendered.
     broken = dataclasses.replace(latex, id=2, key="2611.99990", title=r"Bad \textbf{ title {")
     out = renderer.render(D.digest([broken], per_topic=1, topics=D.TOPICS[:1]), D.links())
@@ -103,7 +108,14 @@ _PIECES = [
 
 
 def _whole(text: str) -> str:
-    """:func:`to_text` as it was before islands: each part parsed whole (the reference)."""
+    """:func:`to_text` as it was before islands: each part parsed whole (the reference), then
+    the flattened math tidied as :func:`to_text` does."""
+    from newsletter import latex as L
+
+    return L.tidy_math(_parsed_whole(text))
+
+
+def _parsed_whole(text: str) -> str:
     from newsletter import latex as L
 
     if not text or not L._LATEX_SIGN.search(text):
@@ -163,3 +175,97 @@ def test_islands_on_real_feeds_read_as_the_whole_string_does() -> None:
     islands = L._islands(L._prepared(abstract))
     assert [i for i, latex in islands if latex] == ["$k$-sparse", r"43.8\%", r"{\it dense}"]
     assert to_text(abstract) == _whole(abstract)
+
+
+# ---------------------------------------------------------------- math a source flattened
+
+
+def _fixture_paper(key: str) -> str:
+    return next(p.abstract for p in D.papers() if p.key == key)
+
+
+def test_flattened_math_of_the_real_abstracts_reads_as_math() -> None:
+    """Issue 43: readers got "saving 15times sim 24times storage" and "179times" (the sources
+    dropped the backslashes of ``15\\times\\sim24\\times``); they read what pylatexenc makes of
+    the LaTeX it came from."""
+    light_field = to_text(_fixture_paper("2611.00034"))  # Real-Time Neural Light Field
+    assert "15times" in _fixture_paper("2611.00034")
+    assert "saving 15×∼24× storage compared with MobileNeRF" in light_field
+    assert "rendering one 1008×756 image" in light_field
+    assert to_text(r"$15\times\sim24\times$") == "15×∼24×"  # what the LaTeX itself gives
+    cuda_llm = to_text(_fixture_paper("2611.00025"))  # CUDA-LLM
+    assert "by a factor of up to 179× in execution speeds" in cuda_llm
+    unlearnable = to_text(_fixture_paper("2611.00035"))  # L_{infty}: braces read, name left
+    assert "L_∞ AT, and L_2 AT" in unlearnable
+    # English "times" after a number is a word: CoreInfer's "10.33 times" stays.
+    assert "a 10.33 times and 2.72 times speedup" in to_text(_fixture_paper("2611.00003"))
+    assert "R² score of 0.98" in to_text(_fixture_paper("2611.00011"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("saving 15times sim 24times storage", "saving 15×∼24× storage"),
+        ("up to 179times faster", "up to 179× faster"),
+        ("a 1008times756 image", "a 1008×756 image"),
+        ("error 0.5pm0.1 and 0.5 pm 0.1", "error 0.5±0.1 and 0.5±0.1"),
+        ("3 approx 4, 2leq 3 and 5 geq 4", "3≈4, 2≤3 and 5≥4"),
+        ("a 2cdot3 grid", "a 2·3 grid"),
+        ("an L_infty ball", "an L_∞ ball"),
+        ("O(n^2) and 10^-3 and 2^n and R^2", "O(n²) and 10⁻³ and 2ⁿ and R²"),
+        # words stay words
+        ("sometimes 10 times faster, 2 times more", "sometimes 10 times faster, 2 times more"),
+        ("sim2real at 3pm, a sim of 3 pm users", "sim2real at 3pm, a sim of 3 pm users"),
+        ("approx. 3 GPUs, approximately 4x", "approx. 3 GPUs, approximately 4x"),
+        ("2^1024 keys, x^T y, 3timestamps", "2^1024 keys, x^T y, 3timestamps"),
+        ("see https://x.org/15times/a^2", "see https://x.org/15times/a^2"),
+    ],
+)
+def test_flattened_math_is_repaired_next_to_numbers_only(raw: str, shown: str) -> None:
+    assert to_text(raw) == shown
+
+
+_ORDINARY = st.sampled_from(
+    ["sometimes", "timestamps", "simulate", "sim2real", "Sim", "approximately", "pmf", "PM",
+     "leqs", "cdots", "infinity", "geqslant", "Times", "simple", "time", "pump", "a", "x", "GPU",
+     "fold", "fps", "e.g.", "approx.", "(", ")", ",", "-", "/", ":"]
+)  # fmt: skip
+_NUMBER = st.sampled_from(["3", "10", "0.5", "1,024", "2x", "15%", "7B"])
+_GLUED = st.one_of(
+    _ORDINARY,
+    _NUMBER,
+    st.tuples(_NUMBER, _ORDINARY).map("".join),
+    st.tuples(_ORDINARY, _NUMBER).map("".join),
+    st.tuples(_NUMBER, _ORDINARY, _NUMBER).map("".join),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.one_of(_GLUED, st.just("times")), max_size=30).map(" ".join))
+def test_math_repair_never_changes_an_ordinary_word(text: str) -> None:
+    """Words that are no remnant of a LaTeX command (however glued to numbers), and "times"
+    spaced from its number ("10 times faster"), come out as they went in."""
+    to_text.cache_clear()
+    assert to_text(text) == text
+
+
+def test_math_repair_changes_no_word_of_the_real_feeds() -> None:
+    """Every title and summary of the fixture feeds: the repair only ever turns a command's name
+    into its sign; every other word is as the LaTeX conversion left it."""
+    import re
+
+    from newsletter.latex import _SYMBOLS
+
+    words = re.compile(r"[A-Za-z]+")
+    changed = 0
+    for path in sorted(FEEDS.rglob("*")):
+        if not path.is_file():
+            continue
+        raw = path.read_text(encoding="utf-8", errors="replace")
+        for found in re.findall(r"<(?:title|description|summary)[^>]*>(.*?)</", raw, re.S):
+            text = html.unescape(found)
+            before, after = words.findall(_parsed_whole(text)), words.findall(to_text(text))
+            gone = [w for w in before if w in _SYMBOLS or w == "infty"]
+            assert [w for w in before if w not in gone] == after or before == after, text
+            changed += before != after
+    assert changed >= 2  # the light-field and CUDA-LLM abstracts at least

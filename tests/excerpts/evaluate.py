@@ -3,10 +3,13 @@
     python -m tests.excerpts.evaluate          # one line per paper, then the rates
     python -m tests.excerpts.evaluate --json   # the rates only, machine-readable
 
-Papers come from the feed fixtures through the real parsers; the excerpt is
-:func:`newsletter.render.excerpt` of the parsed abstract. A paper counts as "contribution shown"
-when its judged ``want`` phrase is in the excerpt, and "result shown" when its judged ``result``
-is (over the papers that have one). ``--plain`` measures the old excerpt (the abstract's first
+Papers come from the feed fixtures through the real parsers; the excerpt is what the digest
+shows: :func:`newsletter.render.excerpt` of the parsed abstract as text
+(:func:`newsletter.latex.to_text`). A paper counts as "contribution shown" when its judged
+``want`` phrase is in the excerpt, and "result shown" when its judged ``result`` is (over the
+papers that have one); the judged phrases are read the same way, ignoring case (an excerpt
+that starts at its claim says "We propose" where the abstract said "..., we propose", and
+shows "179times" as "179×"). ``--plain`` measures the old excerpt (the abstract's first
 sentences), for the before/after figures in docs/digest.md.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from newsletter.excerpts import excerpt, lead_excerpt
+from newsletter.latex import to_text
 from newsletter.models import PaperData
 from newsletter.sources import arxiv_rss, hf_daily
 
@@ -57,20 +61,25 @@ def measure(*, plain: bool = False, show: bool = False) -> Rates:
     rows = judged()
     for row in rows:
         papers = feeds.setdefault(row["feed"], _papers(row["feed"]))
-        abstract = papers[row["key"]].abstract
+        abstract = to_text(papers[row["key"]].abstract)
         text = lead_excerpt(abstract) if plain else excerpt(abstract)
         longest = max(longest, len(text))
-        hit = row["want"] in text
+        hit = _found(row["want"], text)
         wanted += hit
         if row["result"]:
             with_result += 1
-            results += row["result"] in text
+            results += _found(row["result"], text)
         if show:
             mark = ("+" if hit else "-") + (
-                "" if not row["result"] else "r" if row["result"] in text else "_"
+                "" if not row["result"] else "r" if _found(row["result"], text) else "_"
             )
             print(f"{mark:3} {row['key']} ({len(text)}) {text}")
     return Rates(len(rows), wanted, with_result, results, longest)
+
+
+def _found(judged: str, text: str) -> bool:
+    """Whether the judged phrase, read as the digest shows text, is in ``text`` (any case)."""
+    return to_text(judged).casefold() in text.casefold()
 
 
 def main() -> None:

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from newsletter.excerpts import LIMIT, cut, excerpt, lead_excerpt, sentence_end, sentences
+from newsletter.excerpts import (
+    LIMIT,
+    cut,
+    excerpt,
+    lead_excerpt,
+    sentence_end,
+    sentences,
+    standalone,
+)
 from tests.excerpts.evaluate import measure
 
 
@@ -158,3 +166,121 @@ def test_sentences_of_the_fixture_feeds_match_the_reference() -> None:
     assert len(texts) > 50
     for text in texts:
         assert sentences(text) == _sentences_one_char_at_a_time(text)
+
+
+# ---------------------------------------------------------------- from the claim (issue 43)
+
+
+def _shown(feed: str, key: str) -> str:
+    """The excerpt the digest shows for a real fixture paper: its abstract as text, excerpted."""
+    from newsletter.latex import to_text
+    from tests.excerpts.evaluate import _papers
+
+    return excerpt(to_text(_papers(feed)[key].abstract))
+
+
+LG = "arxiv-rss-cs.LG-2026-11-16.xml"
+
+
+def test_the_excerpt_starts_at_the_claim_not_at_a_connective_pointing_back() -> None:
+    """The issue's papers: "To address this challenge, we propose…", "In order to solve these
+    issues, …", "However, … Furthermore, we propose RT-NeRF…" reached readers who never saw
+    the challenge, the issues or what came before "However"."""
+    cuda_llm = _shown(LG, "2611.00025")
+    assert cuda_llm == (
+        "We propose a novel framework called Feature Search and Reinforcement (FSR). The "
+        "automatically generated kernels can outperform general human-written code by a "
+        "factor of up to 179× in execution speeds."
+    )
+    fused = _shown(LG, "2611.00020")
+    assert fused.startswith("We present a novel methodology for building GPU libraries")
+    # The "However" sentence came first for its "(> 30 FPS)": a number before the claim is
+    # background unless the paper speaks of itself.
+    rt_nerf = _shown(LG, "2611.00027")
+    assert rt_nerf == (
+        "We propose RT-NeRF, which to the best of our knowledge is the first "
+        "algorithm-hardware co-design acceleration of NeRF."
+    )
+    light_field = _shown("arxiv-rss-cs.DC-2026-11-17.xml", "2611.00034")
+    assert "saving 15×∼24× storage compared with MobileNeRF" in light_field
+    for text in (cuda_llm, fused, rt_nerf, light_field):
+        assert not text.startswith(("To address", "In order", "However", "Furthermore"))
+        assert "Meanwhile" not in text
+
+
+def test_a_lead_in_that_stands_alone_stays() -> None:
+    assert excerpt("Background. In this paper, we introduce Bar.") == (
+        "In this paper, we introduce Bar."
+    )
+    assert excerpt("Background. To serve LLMs on phones, we propose Bar.") == (
+        "To serve LLMs on phones, we propose Bar."
+    )
+    assert excerpt("Old. Unlike existing works, we introduce Baz.") == (
+        "Unlike existing works, we introduce Baz."
+    )
+    # Only the pieces that point back go: "in this paper" stays, capitalized.
+    assert excerpt("Old. Furthermore, in this paper, to do so, we present Qux.") == (
+        "In this paper, we present Qux."
+    )
+
+
+@pytest.mark.parametrize(
+    ("sentence", "alone"),
+    [
+        ("However, Foo is 3x faster than Bar.", "Foo is 3x faster than Bar."),
+        ("Meanwhile, the kernels are 2x faster.", "The kernels are 2x faster."),
+        ("On these benchmarks, Foo is 3x faster.", "Foo is 3x faster."),
+        ("Notably, on an A100, Foo is 3x faster.", "On an A100, Foo is 3x faster."),
+        # a name written in lower case keeps its case
+        ("Moreover, im2win is 3x faster.", "im2win is 3x faster."),
+        # not a lead-in: a subject, a clause of its own, or too little left
+        ("These results, however, show 3x.", "These results, however, show 3x."),
+        ("While these methods are fast, they fail.", "While these methods are fast, they fail."),
+        ("Thus, 3x.", "Thus, 3x."),
+        ("Foo, Bar and Baz are 3x faster.", "Foo, Bar and Baz are 3x faster."),
+    ],
+)
+def test_a_sentence_shown_alone_loses_the_connective_that_points_back(
+    sentence: str, alone: str
+) -> None:
+    assert standalone(sentence) == alone
+
+
+def test_a_connective_stays_when_the_sentence_it_points_to_is_shown() -> None:
+    text = "Old. We propose Foo. To achieve this, Foo uses tiles. Also, it is small."
+    assert excerpt(text) == "We propose Foo. To achieve this, Foo uses tiles. Also, it is small."
+
+
+_LEADS = st.sampled_from(
+    ["", "However, ", "Furthermore, ", "To address this challenge, ", "In this paper, ",
+     "To this end, ", "In order to solve these issues, ", "Notably, ", "To serve models, ",
+     "Unlike prior work, ", "Moreover, in this work, ", "These, ", "By doing so, ", ", ",
+     "However, however, ", "In (this, that), "]
+)  # fmt: skip
+_BODIES = st.sampled_from(
+    ["we propose Foo, a scheduler", "we introduce a method", "our system is 3x faster",
+     "the model reaches 41% accuracy", "it then proposes Bar", "Foo cuts cost by 2x",
+     "models are large", "this is hard", "we show that it works", "im2win runs on GPUs"]
+)  # fmt: skip
+
+
+def _sentence(lead: str, body: str) -> str:
+    return (lead + body)[:1].upper() + (lead + body)[1:] + "."
+
+
+@given(st.lists(st.tuples(_LEADS, _BODIES).map(lambda t: _sentence(*t)), min_size=1, max_size=8))
+@settings(max_examples=2000, deadline=None)
+def test_leaving_out_lead_ins_never_garbles_the_excerpt(parts: list[str]) -> None:
+    """Whatever the abstract's lead-ins, the excerpt is never empty, starts like a sentence
+    (from the claim, when there is one), and holds the abstract's words in their order, at most
+    without some of the phrases before a sentence's subject."""
+    text = " ".join(parts)
+    out = excerpt(text)
+    assert out and len(out) <= LIMIT
+    assert out.endswith((".", "…")), out
+    if out != lead_excerpt(text):  # a claim (an abstract without one is shown from its start)
+        assert out[0].isupper() or out.startswith("im2win"), out
+        assert not out.startswith(("However", "Furthermore", "To this end", "Notably")), out
+    source = iter(text.casefold().split())
+    words = out.rstrip("…").casefold().split()
+    assert all(w in source for w in words[:-1]), (out, text)  # the last may be cut

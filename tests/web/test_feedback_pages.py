@@ -187,4 +187,4 @@ def test_the_feedback_page_shows_latex_titles_as_text(
     paper = web_store.papers_by_keys(["2611.00007"])["2611.00007"]
     assert paper.title == data.title
     page = client.get(path_for(web_config, clock, reader, paper, MORE))
-    assert "Show me more papers like: Sub-O(n^2) Fast Mélange" in page.text
+    assert "Show me more papers like: Sub-O(n²) Fast Mélange" in page.text
