@@ -372,15 +372,13 @@ def abbreviations(text: str) -> Iterator[tuple[str, str]]:
         yield sf, lf
 
 
-def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str]]]:
-    """Tokens of each text with its own acronyms read as their long forms.
-
-    A paper that writes "speculative decoding (SD)" and then "SD" five times mentions
-    speculative decoding six times. The definitions of all ``texts`` (a title and an abstract)
-    apply to each; the "(SD)" itself is dropped, and only uses written exactly as defined (case
-    included) are replaced, so "IT" defined as information technology leaves "it" alone.
-    Returns the token lists and {acronym key: (acronym, long form)}.
-    """
+def _defined(
+    texts: tuple[str, ...],
+) -> tuple[dict[str, tuple[str, str]], list[list[tuple[int, int]]], dict[str, tuple[str, ...]]]:
+    """The acronyms ``texts`` define, for :func:`read_defined` and :func:`defined_words`:
+    {acronym key: (acronym, long form)}, per text the spans of its "(SF)" definitions, and
+    {a use as written: the long form's tokens} (a use as defined, or its plural "LLMs" for LLM
+    unless that is defined itself)."""
     found: dict[str, tuple[str, str]] = {}
     spans: list[list[tuple[int, int]]] = []
     for text in texts:
@@ -391,10 +389,22 @@ def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str
                 found.setdefault(keys[0], (sf, lf))
                 mine.append((start, end))
         spans.append(mine)
-    out: list[list[str]] = []
     by_form = {sf: tuple(tokenize(lf)) for sf, lf in found.values()}
-    # A use as defined, or its plural ("LLMs" for LLM) unless that is defined itself.
     uses = {**{sf + "s": long for sf, long in by_form.items()}, **by_form}
+    return found, spans, uses
+
+
+def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str]]]:
+    """Tokens of each text with its own acronyms read as their long forms.
+
+    A paper that writes "speculative decoding (SD)" and then "SD" five times mentions
+    speculative decoding six times. The definitions of all ``texts`` (a title and an abstract)
+    apply to each; the "(SD)" itself is dropped, and only uses written exactly as defined (case
+    included) are replaced, so "IT" defined as information technology leaves "it" alone.
+    Returns the token lists and {acronym key: (acronym, long form)}.
+    """
+    found, spans, uses = _defined(texts)
+    out: list[list[str]] = []
     for text, mine in zip(texts, spans, strict=True):
         for start, end in reversed(mine):
             text = text[:start] + " " + text[end:]
@@ -408,3 +418,64 @@ def read_defined(*texts: str) -> tuple[list[list[str]], dict[str, tuple[str, str
             toks[i : i + 1] = uses[raws[i]]
         out.append(toks)
     return out, found
+
+
+Word = tuple[int, int, tuple[str, ...]]
+"""A word of a text as read: (start, end) in the text, and the tokens it reads as."""
+
+
+def defined_words(*texts: str) -> list[list[Word]]:
+    """Each text's words where they stand, read as :func:`read_defined` reads them: a use of
+    an acronym the texts define reads as its long form's tokens, the "(SF)" of a definition
+    and a possessive "s" are no words. So the tokens a matcher found can be traced back to the
+    words the paper wrote (:func:`written`). One pass over each text."""
+    _, spans, uses = _defined(texts)
+    out: list[list[Word]] = []
+    for text, mine in zip(texts, spans, strict=True):
+        for start, end in mine:
+            text = text[:start] + " " * (end - start) + text[end:]  # the offsets stay
+        words: list[Word] = []
+        for m in WORD_PATTERN.finditer(text):
+            start = m.start()
+            if m.group() == "s" and start >= 2 and text[start - 1] in "'’":
+                before = text[start - 2]
+                if before.isalnum() or before == "_":
+                    continue  # "model's": the possessive is no word
+            word = m.group()
+            if word.isascii():  # most words: read as they are
+                words.append((start, m.end(), uses.get(word) or (word_key(word),)))
+                continue
+            toks: list[str] = []
+            for raw in _raw_words(_strip(word)):
+                toks.extend(uses.get(raw) or (word_key(raw),))
+            if toks:
+                words.append((start, m.end(), tuple(toks)))
+        out.append(words)
+    return out
+
+
+MAX_WRITTEN = 64
+"""Occurrences of a term :func:`written` looks at (a title or an abstract has a few)."""
+
+
+def written(text: str, words: list[Word], term: tuple[str, ...]) -> list[str]:
+    """The runs of ``text``'s words (:func:`defined_words`) that read as ``term``, as the text
+    writes them, first first: "LLM Serving" for ("large", "language", "model", "serv") in a
+    paper that defines LLM; a term that starts or ends inside an acronym's long form takes the
+    acronym whole. Linear in the words (times the term's few tokens)."""
+    if not term:
+        return []
+    flat: list[str] = []
+    owner: list[int] = []
+    for n, (_, _, toks) in enumerate(words):
+        flat.extend(toks)
+        owner.extend([n] * len(toks))
+    out: list[str] = []
+    size = len(term)
+    for i in range(len(flat) - size + 1):
+        if flat[i] == term[0] and tuple(flat[i : i + size]) == term:
+            start, end = words[owner[i]][0], words[owner[i + size - 1]][1]
+            out.append(text[start:end])
+            if len(out) >= MAX_WRITTEN:
+                break
+    return out

@@ -6,10 +6,19 @@ entry, authors, categories, what ``like:`` papers and meaning added, trending an
 explanation always sums to the score it explains (a property test checks it against the obvious
 loop). The reason under each paper of a digest ("title: mixture of experts · cs.LG · 42
 upvotes") is the explanation's strongest parts, deterministic.
+
+A reason names a match as the paper writes it: the ranker reads a paper with the acronyms it
+defines as their long forms (so "LLM Serving" in Tilus's title, whose abstract defines LLMs,
+matches "large language model serving" too), but the label is traced back to the words the
+paper used (:func:`newsletter.text.written`): the keyword alias those words are ("title: LLM
+serving"), else the long form when the paper wrote it ("title: large language model
+inference", with ``acronym: 'LLM inference' matched as ...`` under ``--explain``), else the
+paper's own words.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,17 +27,29 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import TopicSettings
+from newsletter.latex import to_text
+from newsletter.models import MAX_TEXT_CHARS
 from newsletter.rank.index import PaperIndex, age_hours
 from newsletter.rank.profiles import ProfileSpace
 from newsletter.rank.rules import Group, Queries, Rule
 from newsletter.rank.score import AUTHOR_SCORE, CATEGORY_SCORE, MIN_EVIDENCE, RELATIVE_CUT
 from newsletter.semantic.space import MeaningSpace
-from newsletter.text import author_key, category_key, tokenize
+from newsletter.text import (
+    Word,
+    author_key,
+    category_key,
+    defined_words,
+    phrase_terms,
+    tokenize,
+    written,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
 REASONS_CACHE = 100_000
 """(topic, paper) reasons an explainer keeps (see :meth:`Explainer.cached_reason`)."""
+WORDS_CACHE = 4096
+"""Papers whose words (for labels, :meth:`Explainer.words`) an explainer keeps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +64,12 @@ class Explanation:
     """Hours since the paper was published (or first seen here, when no date was given)."""
     terms: tuple[tuple[str, str, float], ...]
     """(field, label, contribution) per matched keyword entry, best first; the label is the
-    alias found, or for an acronym match the words the paper used."""
+    alias the paper's words are, or for an acronym match the words the paper used."""
     authors: tuple[str, ...]
     categories: tuple[str, ...]
     expansions: tuple[tuple[str, str], ...] = ()
-    """(keyword as written, as the paper wrote it) for each acronym match."""
+    """(keyword as written, as the paper wrote it) for each match through an acronym, where the
+    paper's words are not one of the keyword's aliases."""
     age_from: str = "published"
     """What ``age_hours`` counts from: ``published``, or ``first seen`` without a date."""
     weak: bool = False
@@ -74,8 +96,8 @@ class Explanation:
         out = [f"relevance {self.relevance:.3f}"]
         for field, label, value in self.terms:
             out.append(f"  {value:6.3f}  {field}: {label}")
-        for alias, written in self.expansions:
-            out.append(f"          acronym: {alias!r} matched as {written!r}")
+        for alias, wrote in self.expansions:
+            out.append(f"          acronym: {alias!r} matched as {wrote!r}")
         if self.like:
             out.append(f"  {self.like[1]:6.3f}  like: {self.like[0]}")
         if self.meaning:
@@ -102,13 +124,18 @@ class Explanation:
         return out
 
 
+_PLAIN_WORDS = re.compile(r"[\w'’./+-]+(?: [\w'’./+-]+){0,15}")
+"""Words a reason can quote as they are: letters, digits, hyphens, apostrophes, no markup."""
+
+
 def _within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
     n = len(small)
     return any(big[i : i + n] == small for i in range(len(big) - n + 1))
 
 
 def _short(title: str, limit: int = 60) -> str:
-    title = " ".join(title.split())
+    """A liked paper's title as the digest shows titles (LaTeX as text), cut to ``limit``."""
+    title = to_text(title)
     return title if len(title) <= limit else title[: limit - 1].rstrip() + "…"
 
 
@@ -120,6 +147,54 @@ def with_like(title: str, reason: str) -> str:
     """A reason led by the liked paper a reader's or topic's example resembles most."""
     like = f"like: {_short(title)}"
     return f"{like} · {reason}" if reason else like
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    """The most specific term of a keyword group a field holds (:meth:`Explainer._found`)."""
+
+    size: int
+    """Its number of words."""
+    alias: str
+    """The alias it belongs to, as the operator wrote it."""
+    label: str
+    """The alias, or for an acronym variant its long form as shown ("large language model")."""
+    expansion: tuple[str, str] | None
+    """(alias, long form) for an acronym variant."""
+    term: int
+
+
+def _as_written(
+    aliases: Group, hit: _Hit, term: tuple[str, ...], text: tuple[str, list[Word]]
+) -> tuple[str, tuple[str, str] | None]:
+    """The label of a match of ``term`` (``hit``'s tokens) as the paper writes it, and (alias,
+    label) when that is an acronym's other form.
+
+    The alias (or the acronym's long form) itself when the paper wrote it; else another alias
+    of the group when the paper's words for the term are one (Tilus's "LLM Serving" is ``LLM
+    serving``, though the ranker reads it as "large language model serving", the paper
+    defining LLMs); else the paper's words, lower case where they were only capitalized. A match the words cannot show (a title's words out
+    of order, a part of a compound) keeps the alias or long form, but is the alias when the
+    field holds the alias's words.
+    """
+    spans = written(text[0], text[1], term)
+    read = [tuple(tokenize(span)) for span in spans]
+    if term in read:
+        return hit.label, hit.expansion  # the paper wrote the alias, or the long form, itself
+    as_alias = {toks: a for a in aliases for toks in phrase_terms(a)}
+    for toks in read:
+        if toks in as_alias:
+            return as_alias[toks], None
+    if not spans:
+        plain = set(tokenize(text[0]))  # "Serving LLMs ..." for LLM serving, LLM defined
+        if hit.expansion and any(set(toks) <= plain for toks in phrase_terms(hit.alias)):
+            return hit.alias, None
+        return hit.label, hit.expansion
+    first = " ".join(spans[0].split())
+    if not _PLAIN_WORDS.fullmatch(first):
+        return hit.label, hit.expansion  # LaTeX or marks among the words: the alias reads better
+    shown = " ".join(w.lower() if w[:1].isupper() and w[1:].islower() else w for w in first.split())
+    return shown, (hit.alias, shown)
 
 
 class Explainer:
@@ -159,6 +234,7 @@ class Explainer:
         self._group_terms = {gid: set(terms) for terms, gid in self.vocab.groups.items()}
         self._term_words = {tid: words for words, tid in self.vocab.terms.items()}
         self._reasons: dict[tuple[str, int], str] = {}
+        self._words: dict[int, tuple[tuple[str, list[Word]], ...]] = {}
 
     def cached_reason(self, topic_name: str, j: int) -> str:
         """:meth:`reason`, kept (readers' lists ask for the same papers' reasons again)."""
@@ -170,29 +246,44 @@ class Explainer:
             found = self._reasons[key] = self.reason(topic_name, j)
         return found
 
-    def _found(
-        self, aliases: Group, gid: int, present: set[int]
-    ) -> tuple[str, tuple[str, str] | None] | None:
-        """The most specific alias of a group found among ``present`` terms, or acronym variant.
+    def words(self, j: int) -> tuple[tuple[str, list[Word]], ...]:
+        """Paper ``j``'s title and abstract, each with its words as the ranker read them
+        (:func:`newsletter.text.defined_words`), kept for the next reasons."""
+        found = self._words.get(j)
+        if found is None:
+            if len(self._words) >= WORDS_CACHE:
+                self._words.clear()
+            paper = self.index.papers[j]
+            texts = (paper.title[:MAX_TEXT_CHARS], paper.abstract[:MAX_TEXT_CHARS])
+            found = self._words[j] = tuple(zip(texts, defined_words(*texts), strict=True))
+        return found
 
-        "large language model serving" names a match better than "model serving" does.
+    def _found(
+        self, aliases: Group, gid: int, present: set[int], text: tuple[str, list[Word]]
+    ) -> tuple[str, tuple[str, str] | None] | None:
+        """How the paper writes its match of a group among the ``present`` terms of a field
+        (``text``: the field and its words): the label, and (alias, label) when that is the
+        acronym's other form.
+
+        The most specific term found names the match ("large language model serving" better
+        than "model serving"); :func:`_as_written` turns it into the paper's words.
         """
         vocab = self.vocab
         mine = self._group_terms.get(gid, set())
-        best: tuple[int, str, tuple[str, str] | None] | None = None
+        best: _Hit | None = None
         for alias in aliases:
-            hit = [t for t in vocab.alias_terms(alias) if t in present]
-            if hit:
-                size = max(len(self._term_words[t]) for t in hit)
-                if best is None or size > best[0]:
-                    best = (size, alias, None)
+            for tid in vocab.alias_terms(alias):
+                size = len(self._term_words[tid])
+                if tid in present and (best is None or size > best.size):
+                    best = _Hit(size, alias, alias, None, tid)
             for tid in vocab.variant_terms(alias):
-                if tid in present and tid in mine:
-                    size = len(self._term_words[tid])
-                    if best is None or size > best[0]:
-                        written = vocab.expanded[tid][1]
-                        best = (size, written, (alias, written))
-        return None if best is None else (best[1], best[2])
+                size = len(self._term_words[tid])
+                if tid in present and tid in mine and (best is None or size > best.size):
+                    shown = vocab.expanded[tid][1]
+                    best = _Hit(size, alias, shown, (alias, shown), tid)
+        if best is None:
+            return None
+        return _as_written(aliases, best, self._term_words[best.term], text)
 
     def explanation(self, topic_name: str, paper_index: int) -> Explanation:
         """The parts of a topic × paper score, for reasons and ``--explain``."""
@@ -217,14 +308,17 @@ class Explainer:
         ev = self.index.evidence
         lo_e, hi_e = ev.indptr[j], ev.indptr[j + 1]
         row_ev = dict(zip(ev.indices[lo_e:hi_e].tolist(), ev.data[lo_e:hi_e].tolist(), strict=True))
+        texts = self.words(j)
         for pos, (g, gid) in enumerate(zip(entries, self.queries.row_groups[i], strict=True)):
             if gid in seen or gid not in row_w:
                 continue
             seen.add(gid)
             evidence += row_ev.get(gid, 0.0)
             field, label = "abstract", g[0]
-            for name, present in (("title", in_title), ("abstract", in_abstract)):
-                found = self._found(g, gid, present)
+            for (name, present), text in zip(
+                (("title", in_title), ("abstract", in_abstract)), texts, strict=True
+            ):
+                found = self._found(g, gid, present, text)
                 if found:
                     field, label = name, found[0]
                     if found[1]:
