@@ -2,7 +2,8 @@
 
 ``rank`` prints what :func:`newsletter.preview.rank_preview` computes (scores, reasons, how
 each score was made); ``feedback`` records or lists the "more/less like this" votes through
-:class:`newsletter.feedback.Feedback`, as the digest's links do.
+:class:`newsletter.feedback.Feedback`, as the digest's links do. Both show each title as the
+digest does (LaTeX and flattened math as text: :func:`newsletter.latex.to_text`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from newsletter.text import counted
 @click.pass_obj
 def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
+    from newsletter.latex import to_text
     from newsletter.preview import rank_preview
 
     with errors():
@@ -73,7 +75,8 @@ def rank_cmd(obj: Context, to: str, explain: bool) -> None:
         for n, ranked in enumerate(section.papers, start=1):
             item = ranked.item
             output.console.print(
-                f"{n:3}. {item.score:8.3f}  {shown(item.paper.key)}  {shown(item.paper.title)}",
+                f"{n:3}. {item.score:8.3f}  {shown(item.paper.key)}  "
+                f"{shown(to_text(item.paper.title))}",
                 highlight=False,
             )
             output.console.print(f"               {shown(item.reason)}", highlight=False)
@@ -125,6 +128,7 @@ def feedback(
     newsletter feedback ada@example.org
     """
     from newsletter.feedback import Feedback
+    from newsletter.latex import to_text
 
     with errors():
         store, sub = known_subscriber(obj, email)
@@ -134,7 +138,8 @@ def feedback(
             for what, paper in done:
                 verb = {"more": "more like", "less": "less like", "clear": "no vote on"}[what]
                 output.console.print(
-                    f"{escape(sub.email)}: {verb} {escape(paper.key)} {escape(paper.title)}",
+                    f"{escape(sub.email)}: {verb} {escape(paper.key)} "
+                    f"{escape(to_text(paper.title))}",
                     highlight=False,
                 )
             return
@@ -153,7 +158,7 @@ def feedback(
         table.add_row(
             escape(v.paper_key),
             "more" if v.more else "less",
-            escape(v.title),
+            escape(to_text(v.title)),
             escape(v.topic or ""),
             v.created_at.date().isoformat(),
         )

@@ -56,3 +56,39 @@ def test_rank_for_an_unknown_address_says_so(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["--config", config, "rank", "--to", "nobody@example.org"])
     assert result.exit_code == 1
     assert "nobody@example.org is not a subscriber" in result.output
+
+
+def test_rank_shows_titles_and_reasons_as_the_digest_does(tmp_path: Path) -> None:
+    """Issue 43: ``rank`` printed ``Sub-$O(n^2)$`` where the digest showed the title as text,
+    and Tilus's reason named "large language model serving" under a title saying "LLM
+    Serving". The terminal shows each title and reason as the mailed digest does."""
+    import html
+
+    from newsletter.latex import to_text
+    from tests.rank.relevance.corpus import load_papers
+
+    config = demo_config(tmp_path)
+    runner = CliRunner()
+    ranked = runner.invoke(cli, ["--config", config, "rank", "--to", "grace@example.org"])
+    assert ranked.exit_code == 0, ranked.output
+    page, text = tmp_path / "digest.html", tmp_path / "digest.txt"
+    preview = ["preview", "--to", "grace@example.org", "--out", str(page), "--text", str(text)]
+    previewed = runner.invoke(cli, ["--config", config, *preview])
+    assert previewed.exit_code == 0, previewed.output
+    terminal = " ".join(ranked.output.split())
+    mail_text = " ".join(text.read_text(encoding="utf-8").split())
+    mail_html = " ".join(html.unescape(page.read_text(encoding="utf-8")).split())
+
+    assert "2611.00007 Sub-O(n²) HPCTransCompile: An AI Compiler" in terminal
+    assert "$" not in terminal
+    assert "Sub-O(n²) HPCTransCompile: An AI Compiler" in mail_text
+    titles = {p.key: " ".join(to_text(p.title).split()) for p in load_papers()}
+    mailed = set(re.findall(r"arxiv\.org/abs/(\d{4}\.\d{5})", mail_text))
+    assert len(mailed) >= 8
+    for key in mailed:  # every mailed title, as the mail shows it, is the terminal's
+        assert f"{key} {titles[key]}" in terminal, key
+        assert titles[key] in mail_text, key
+    # Tilus: the reason quotes the title's words, in the terminal and in the mail.
+    assert "in LLM Serving title: LLM serving" in terminal
+    assert "title: LLM serving" in mail_html
+    assert "large language model serving" not in terminal.split("Tilus:")[1][:200]
