@@ -28,7 +28,7 @@ from newsletter import excerpts
 from newsletter.config import Config
 from newsletter.excerpts import excerpt
 from newsletter.ingest import run_fetch
-from newsletter.latex import to_text
+from newsletter.latex import tidy_math, to_text
 from newsletter.models import (
     MAX_ABSTRACT_CHARS,
     MAX_AUTHOR_CHARS,
@@ -41,7 +41,7 @@ from newsletter.rank.index import Documents
 from newsletter.semantic.vectors import paper_text
 from newsletter.store import Store
 from newsletter.store import tables as t
-from newsletter.text import collapse_spaces
+from newsletter.text import collapse_spaces, defined_words, written
 from tests.conftest import FEEDS, SmtpServer, base_config
 from tests.feedserver import Answer, FeedServer, feed_server
 from tests.sends import run_send
@@ -51,6 +51,11 @@ MB = 1024 * 1024
 HOSTILE = "https://hostile.example/p/"
 NESTED = 2_000
 """Depth of the nested LaTeX (``\\frac{\\frac{...}}``, ``{{...}}``)."""
+
+
+def _traced(text: str) -> list[str]:
+    """The runs of ``text`` a reason would quote for "large language model" (every "LLM")."""
+    return written(text, defined_words(text)[0], ("larg", "languag", "model"))
 
 
 def fastest(action: Callable[[], object], runs: int = 3) -> float:
@@ -69,6 +74,26 @@ def fastest(action: Callable[[], object], runs: int = 3) -> float:
         ('"we we we ..."', 8 * 1024, lambda n: excerpts._contribution(["we " * (n // 3)])),
         ('"we by we by ..."', 2 * 1024, lambda n: excerpts._contribution(["we by " * (n // 6)])),
         ("a run of digits", 2 * 1024, lambda n: excerpts._RESULT.search("1" * n)),
+        # Issue 43: lead-ins left out, flattened math repaired, a reason's words traced back.
+        (
+            '"However, however, ..."',
+            8 * 1024,
+            lambda n: excerpts.standalone("However, " * (n // 9)),
+        ),
+        (
+            '"To do so, to do so, ... we propose"',
+            8 * 1024,
+            lambda n: excerpts.claim_first("To do so, " * (n // 10) + "we propose X.", n),
+        ),
+        ('"1times1times..."', 8 * 1024, lambda n: tidy_math("1times" * (n // 6))),
+        ('"1 sim 1 sim ..."', 8 * 1024, lambda n: tidy_math("1 sim " * (n // 6))),
+        ("a run of digits and a sign", 8 * 1024, lambda n: tidy_math("1" * n + "pm" + "1" * n)),
+        ('"x^1x^1..."', 8 * 1024, lambda n: tidy_math("x^1" * (n // 3))),
+        (
+            '"LLM LLM ..." traced back',
+            8 * 1024,
+            lambda n: _traced("large language model (LLM) " + "LLM " * (n // 4)),
+        ),
     ],
 )
 def test_the_excerpts_work_grows_linearly_with_the_text(
