@@ -231,6 +231,23 @@ def test_serve_port_in_use_says_nothing_about_serving(tmp_path: Path, taken_port
     assert "Serving on" not in result.stdout
 
 
+def test_serve_on_an_address_this_machine_does_not_have_names_web_host(tmp_path: Path) -> None:
+    """Issue 43: ``web.host: 10.255.255.1`` said "stop the other program, or set web.port".
+    The port is free; the host is not one of this machine's addresses (EADDRNOTAVAIL), so the
+    line names web.host. 192.0.2.1 is TEST-NET-1 (RFC 5737), never a machine's own address;
+    binding to it fails in the kernel and sends nothing."""
+    port = free_port()
+    path = config(
+        tmp_path, f"sqlite:///{tmp_path / 'n.db'}", web={"host": "192.0.2.1", "port": port}
+    )
+    assert newsletter(tmp_path, "--config", str(path), "db", "upgrade").returncode == 0
+    result = newsletter(tmp_path, "--config", str(path), "serve", "--no-scheduler")
+    line = one_error(result, ExitStatus.FAILED, f"192.0.2.1:{port}")
+    assert "192.0.2.1 is not an address of this machine; set web.host" in line, line
+    assert "web.port" not in line and "other program" not in line, line
+    assert "Serving on" not in result.stdout
+
+
 # ---------------------------------------------------------------------------- the relay
 
 
