@@ -156,19 +156,32 @@ class DeliveryError(NewsletterError):
         super().__init__(f"{address}: {reason}")
 
 
-def listen_error(error: OSError, host: str, port: int, fix: str) -> NewsletterError:
-    """The one-line error for a port that cannot be listened on; ``fix`` says what to do."""
+def listen_error(
+    error: OSError, host: str, port: int, *, port_key: str, host_key: str
+) -> NewsletterError:
+    """The one-line error for an address that cannot be listened on, naming the setting to
+    change: ``port_key`` when the port is at fault (taken, privileged), ``host_key`` when the
+    host is (not an address of this machine)."""
     where = f"{host}:{port}"
     if error.errno == errno.EADDRINUSE:
-        return PortInUse(f"port {where} is already in use by another program; {fix}")
+        return PortInUse(
+            f"port {where} is already in use by another program; stop the other program, or "
+            f"set {port_key} to a free port"
+        )
     if error.errno == errno.EACCES:
         return NewsletterError(
             f"cannot listen on {where}: permission denied (a port below 1024 needs root or "
-            f"CAP_NET_BIND_SERVICE); {fix}"
+            f"CAP_NET_BIND_SERVICE); set {port_key} to a port above 1023"
         )
     if error.errno == errno.EADDRNOTAVAIL:
-        return NewsletterError(f"cannot listen on {where}: no such local address; {fix}")
-    return NewsletterError(f"cannot listen on {where}: {error.strerror or error}; {fix}")
+        return NewsletterError(
+            f"cannot listen on {where}: {host} is not an address of this machine; set "
+            f"{host_key} to one of its addresses, 127.0.0.1 (this machine only) or 0.0.0.0 "
+            "(every interface)"
+        )
+    return NewsletterError(
+        f"cannot listen on {where}: {error.strerror or error}; check {host_key} and {port_key}"
+    )
 
 
 class RelayError(NewsletterError):

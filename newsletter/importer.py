@@ -81,9 +81,9 @@ class _Row:
 
 @functools.cache
 def _zones() -> frozenset[str]:
-    import zoneinfo
+    from newsletter.zones import time_zones
 
-    return frozenset(zoneinfo.available_timezones())
+    return frozenset(time_zones())
 
 
 def import_csv(

@@ -477,7 +477,8 @@ class InboundServer:
                 e,
                 self.settings.host,
                 self.settings.port,
-                "stop the other program, or set inbound.port (or pass --port) to a free port",
+                port_key="inbound.port (or pass --port)",
+                host_key="inbound.host (or pass --host)",
             ) from e
         return self
 

@@ -1,4 +1,10 @@
-"""Logging: readable lines on a terminal, one JSON object per line everywhere else.
+"""Logging, always on stderr: readable lines for people, one JSON object per line for machines.
+
+A command someone runs (``fetch``, ``send``, ``demo``, …) writes readable lines wherever its
+output goes (a terminal, ``| tee``, CI logs, cron mail), so a person reads the same thing
+everywhere. JSON is for the long-running services (:data:`SERVICES`) when stderr is not a
+terminal (the journal, a container's log), and for any command when asked
+(``--log-format json`` or ``NEWSLETTER_LOG_FORMAT=json``).
 
 Run steps log one line each with their counts in ``extra={"counts": {...}}`` so a log pipeline
 can chart them: ``{"ts": ..., "level": "info", "logger": "newsletter.run", "msg": "send done",
@@ -14,6 +20,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 Format = Literal["auto", "json", "text"]
+
+SERVICES = frozenset({"serve", "worker", "inbound"})
+"""The commands that run until stopped, whose logs a journal or a container keeps: ``auto`` is
+JSON for them when stderr is not a terminal."""
 
 run_log = logging.getLogger("newsletter.run")
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
@@ -68,9 +78,10 @@ def uses_json() -> bool:
     return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
 
 
-def setup_logging(verbosity: int = 0, fmt: Format = "auto") -> None:
-    """Configure the root logger once for a command. ``auto``: JSON unless stderr is a terminal."""
-    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+def setup_logging(verbosity: int = 0, fmt: Format = "auto", *, service: bool = False) -> None:
+    """Configure the root logger once for a command. ``auto``: readable lines, or JSON for a
+    ``service`` (see :data:`SERVICES`) whose stderr is not a terminal."""
+    use_json = fmt == "json" or (fmt == "auto" and service and not sys.stderr.isatty())
     handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
     root = logging.getLogger()
@@ -78,7 +89,7 @@ def setup_logging(verbosity: int = 0, fmt: Format = "auto") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(max(logging.DEBUG, logging.WARNING - 10 * verbosity))
-    # One line per run step (with counts) is always wanted in machine logs; on a terminal the
+    # One line per run step (with counts) is always wanted in machine logs; for people the
     # commands print their own summaries, so the step lines appear only with -v.
     run_log.setLevel(logging.INFO if use_json or verbosity else logging.WARNING)
     logging.getLogger("newsletter").setLevel(logging.INFO if use_json else root.level)

@@ -380,8 +380,10 @@ class EditionClaim:
     resumed: bool
     """True when this run took over a claim that an earlier, interrupted run made."""
     earlier: EditionStatus | None = None
-    """The row's status when this run took it over: ``sending`` (in flight when its run was
-    interrupted), ``unknown`` or ``resend`` (a re-send of a message that may have arrived)."""
+    """The row's status when this run took it over: ``claimed`` or ``sending`` (in flight when
+    its run was interrupted), ``deferred`` (tried and given back: the relay refused it for now,
+    or could not be used), ``unknown`` or ``resend`` (a re-send of a message that may have
+    arrived)."""
 
     @property
     def may_have_arrived(self) -> bool:

@@ -63,7 +63,6 @@ def _server_class() -> Any:
 def listen(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``; :class:`~newsletter.errors.PortInUse` (one line)
     when the port is taken."""
-    fix = "stop the other program, or set web.port (or pass --port) to a free port"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -79,7 +78,13 @@ def listen(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as e:
         sock.close()
-        raise listen_error(e, host, port, fix) from e
+        raise listen_error(
+            e,
+            host,
+            port,
+            port_key="web.port (or pass --port)",
+            host_key="web.host (or pass --host)",
+        ) from e
     sock.set_inheritable(True)
     return sock
 

@@ -56,7 +56,7 @@ class MaildirSink:
             self.controller.start()
         except OSError as e:
             raise listen_error(
-                e, self.host, self.port, "stop the other program or choose another with --port"
+                e, self.host, self.port, port_key="--port", host_key="the sink's host"
             ) from e
         return self
 

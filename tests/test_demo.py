@@ -34,6 +34,17 @@ def test_demo_sends_three_digests_then_explains_the_second_run(tmp_path: Path) -
         "LLM serving" in subjects["ada@example.org"]
         and "Neural rendering" in subjects["marie@example.org"]
     )
+    # Issue 43: the demo's "Code" links went to made-up repositories (github.com/example-lab/…).
+    # Its snapshot carries no repository now, so no digest shows one (a real feed's are kept:
+    # tests/sources/test_code_stars.py).
+    for message in messages:
+        body = message.as_string()
+        assert "example-lab" not in body
+        html_part = next(p for p in message.walk() if p.get_content_type() == "text/html")
+        assert ">Code</a>" not in str(html_part.get_payload(decode=True), "utf-8")
+    assert "example-lab" not in (ROOT / "config" / "demo-feeds").joinpath(
+        "hf-daily-papers-2026-11-17-evening.json"
+    ).read_text(encoding="utf-8")
     assert (var / "demo.db").exists() and (var / "demo.yaml").exists()
     html = sorted((var / "html").glob("*.html"))
     assert len(html) == 3 and "Open a digest in a browser" in first.output

@@ -184,7 +184,8 @@ class CommandGroup(click.Group):
     default="auto",
     envvar="NEWSLETTER_LOG_FORMAT",
     show_default=True,
-    help="Log lines as text or JSON; auto: JSON unless stderr is a terminal.",
+    help="Log lines (on stderr) as text or JSON; auto: text, but JSON for serve, worker and "
+    "inbound when stderr is not a terminal.",
 )
 @click.version_option(__version__, prog_name="newsletter")
 @click.pass_context
@@ -198,10 +199,11 @@ def cli(ctx: click.Context, config_path: str | None, verbose: int, log_format: s
       newsletter fetch                pull new papers from every source
       newsletter send --now           send today's digests
     """
-    from newsletter.logs import setup_logging
+    from newsletter.logs import SERVICES, setup_logging
 
     output.setup_output()
-    setup_logging(verbose, log_format)  # type: ignore[arg-type]
+    service = ctx.invoked_subcommand in SERVICES
+    setup_logging(verbose, log_format, service=service)  # type: ignore[arg-type]
     if isinstance(ctx.obj, Context):  # a program embedding the command made its context
         obj = ctx.obj
         obj.config_path = config_path or obj.config_path

@@ -285,6 +285,7 @@ def print_send_report(report: Any, started: float | None = None) -> None:
         ("unsubscribed before sending", report.unsubscribed, False),
         ("given back unsent (next run sends them)", report.released, False),
         ("resumed from an interrupted run", report.resumed, False),
+        ("retried: the relay refused them in an earlier run", report.retried_later, False),
         ("retries (4xx, dropped connections)", report.retried, False),
         ("slowed down by the relay", report.throttled, False),
     ]
@@ -304,8 +305,22 @@ def print_send_report(report: Any, started: float | None = None) -> None:
             "their papers go out in the next edition.",
             highlight=False,
         )
-    if report.stopped:
-        console.print("Stopped on request after the message in flight; run again to finish.")
+    if report.stopped_at_once:
+        waiting = report.in_flight
+        console.print(
+            "Stopped at once on a second signal, without waiting for the relay's answers"
+            + (
+                f": {counted(waiting, 'message')} left in flight, recorded as sending; the "
+                "next run sends them again with the same Message-ID (a reader whose copy the "
+                "relay had taken may get it twice)"
+                if waiting
+                else ""
+            )
+            + ". Run again to finish.",
+            highlight=False,
+        )
+    elif report.stopped:
+        console.print("Stopped on request after the messages in flight; run again to finish.")
     if report.considered and report.already == report.considered:
         console.print(
             f"Today's editions were already sent ({report.already} of {report.considered}); nothing to do."

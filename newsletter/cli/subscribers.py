@@ -45,6 +45,7 @@ def subscribers_add(
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     from newsletter.subscribe import LIVE, consent_block
+    from newsletter.zones import not_a_zone
 
     with errors():
         config = obj.config
@@ -62,6 +63,8 @@ def subscribers_add(
         if bad:
             fail(f"unknown topic {', '.join(bad)} (available: {', '.join(names)})")
         timezone = tz or config.settings.schedule.timezone
+        if why := not_a_zone(timezone):
+            fail(why)
         try:
             ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):

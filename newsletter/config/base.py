@@ -29,6 +29,10 @@ class _Strict(BaseModel):
 
 
 def _check_timezone(value: str) -> str:
+    from newsletter.zones import not_a_zone
+
+    if why := not_a_zone(value):
+        raise ValueError(why)
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as e:

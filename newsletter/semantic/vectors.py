@@ -32,9 +32,9 @@ from newsletter.config import Config, TopicSettings
 from newsletter.models import MAX_TEXT_CHARS, Paper
 from newsletter.semantic.model import (
     ALIASES,
-    ENABLE,
     Embedder,
     ModelUnavailable,
+    enable,
     locate,
     runtime_missing,
 )
@@ -143,7 +143,7 @@ class VectorSource:
             return "ranking is lexical: ranking.semantic is false"
         missing = runtime_missing(load=False)
         if missing:
-            return f"ranking is lexical: {missing}; to match by meaning too: {ENABLE}"
+            return f"ranking is lexical: {missing}; to match by meaning too: {enable(self._settings.model)}"
         return None
 
     def _name(self) -> str:

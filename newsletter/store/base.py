@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
+from newsletter.database_url import problem as url_problem
 from newsletter.errors import (
     DatabaseReadOnly,
     DatabaseUnavailable,
@@ -99,6 +100,9 @@ def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
 
     shown = safe_url(url)
     supported = " or ".join(SUPPORTED.values())
+    why = url_problem(url, memory_ok=True)
+    if why:
+        raise UnsupportedDatabase(f"{where}: {why}")
     try:
         backend = make_url(url).get_backend_name()
     except ArgumentError as e:
@@ -119,6 +123,10 @@ def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
         raise UnsupportedDatabase(
             f"{where}: {shown}: unknown database driver; use {supported}"
         ) from e
+    except ArgumentError as e:  # one the dialect cannot read (NoSuchModuleError is one too)
+        raise UnsupportedDatabase(
+            f"{where}: {shown!r} is not a valid database URL; use {supported}"
+        ) from e
     except ImportError as e:
         if backend == "postgresql":
             raise NotInstalled(
@@ -126,6 +134,17 @@ def _create_engine(url: str, where: str, **engine_kw: Any) -> Engine:
                 "pip install 'newsletter[postgres]' (from a checkout: pip install -e '.[postgres]')"
             ) from e
         raise NotInstalled(f"{where}: {shown} needs the module {e.name}, not installed") from e
+
+
+def _make_folder(folder: Path, where: str) -> None:
+    """The folder of a SQLite file, made when missing; one line when it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatabaseUnavailable(
+            f"cannot make the folder {folder} for the database file ({e.strerror or e}); "
+            f"fix {where} or create the folder"
+        ) from e
 
 
 def _one_line(text: str) -> str:
@@ -171,6 +190,7 @@ def database_error(url: str, error: BaseException, where: str = "database.url") 
         code.startswith("08")
         or isinstance(orig, OSError)
         or (from_driver and "connection" in reason.lower())
+        or (from_driver and "resolve host" in reason.lower())  # psycopg: a host name unknown
     ):
         return DatabaseUnavailable(
             f"cannot connect to the database {shown} ({reason}); start the server or fix {where}"
@@ -246,7 +266,7 @@ class StoreBase:
             if self.url.startswith("sqlite:///") and ":memory:" not in self.url:
                 path = self.url.removeprefix("sqlite:///")
                 if not path.startswith("file:"):  # a file: URI names an existing file
-                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                    _make_folder(Path(path.split("?", 1)[0]).parent, where)
         self.engine = engine
         self._db_errors: tuple[type[BaseException], ...] = (
             _SAError,

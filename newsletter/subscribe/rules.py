@@ -24,6 +24,7 @@ from newsletter.errors import SubscriberError
 from newsletter.models import Frequency, SubscriberStatus
 from newsletter.store import Store
 from newsletter.tokens import TokenError, signing_key
+from newsletter.zones import not_a_zone
 
 
 class InvalidRequest(SubscriberError):
@@ -85,6 +86,8 @@ Clock = Callable[[], datetime]
 @functools.lru_cache(maxsize=1024)
 def check_timezone(value: str) -> str:
     """``value`` when it names a time zone; raises :class:`InvalidRequest` otherwise."""
+    if why := not_a_zone(value):
+        raise InvalidRequest("timezone", why)
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as e:

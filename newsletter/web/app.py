@@ -9,7 +9,6 @@ plain functions (FastAPI runs them in its thread pool), since the store and SMTP
 from __future__ import annotations
 
 import logging
-import zoneinfo
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -29,6 +28,7 @@ from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
 from newsletter.web.metrics import registry as metrics_registry
 from newsletter.web.security import security_headers, slash_redirects
+from newsletter.zones import time_zones
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def build_app(services: Services) -> FastAPI:
         env=env,
         renderer=Renderer(config.settings, config.templates_dir()),
         now=now,
-        timezones=sorted(zoneinfo.available_timezones()),
+        timezones=list(time_zones()),
     )
     app = FastAPI(
         title="newsletter",

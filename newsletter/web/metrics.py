@@ -195,7 +195,8 @@ class MetricsListener:
                 e,
                 self.listen.host,
                 self.listen.port,
-                "stop the other program, or set web.metrics_listen to a free port",
+                port_key="web.metrics_listen",
+                host_key="web.metrics_listen",
             ) from e
         if self.listen.port == 0:  # tests: the port the system chose
             self.listen = Listen(self.listen.host, int(self._server.server_address[1]))

@@ -72,3 +72,19 @@ def test_init_demo_writes_a_config_that_sends_offline_with_local_links(
 
     again = runner.invoke(cli, ["init", "--demo", "try/newsletter.yaml"])
     assert again.exit_code != 0 and "already exists" in again.output
+
+
+def test_the_readme_says_what_the_plain_starter_leaves_out() -> None:
+    """Issue 43: the README called the starter "quiet until you change it" and never said what
+    that meant. It says so now, and what it says holds for the file ``init`` copies."""
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert "quiet until you change it" not in readme
+    configure = readme.split("**Configure.**", 1)[1].split("**Run.**", 1)[0]
+    assert "As written it mails no one and warns about nothing" in configure
+    assert "(`subscribers: []`" in configure
+    assert "(a topic's `like:` papers, `dkim:`, `workers:`) are commented out" in configure
+    settings = load_config(root / "config" / "newsletter.example.yaml").settings
+    assert settings.subscribers == []
+    assert settings.dkim is None and settings.workers is None
+    assert all(not topic.like for topic in settings.topics)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -107,14 +108,20 @@ def status_of(path: Path, *args: str) -> str:
     return result.output
 
 
+LOG_LINE = re.compile(r"^(debug|info|warning|error|critical) [\w.]+: ")
+"""A log record as ``newsletter.logs.TextFormatter`` writes it (``error newsletter.alerts: …``),
+unlike a command's own ``error: …`` line."""
+
+
 def human_lines(stderr: str) -> list[str]:
-    """stderr without JSON log lines and warnings logged on the way (for machines)."""
+    """stderr without the log: its JSON lines, or its text lines (warnings and alerts logged on
+    the way), leaving what the command itself says."""
     out = []
     for line in stderr.splitlines():
         try:
             json.loads(line)
         except ValueError:
-            if line.strip():
+            if line.strip() and not LOG_LINE.match(line):
                 out.append(line)
     return out
 

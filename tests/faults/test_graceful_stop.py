@@ -105,13 +105,22 @@ def test_a_second_signal_stops_at_once_and_leaves_a_consistent_ledger(
             states = {r.status for r in rows}
             assert EditionStatus.CLAIMED not in states, states
             assert sum(r.status is EditionStatus.SENDING for r in rows) <= 2
+            # issue 43: the summary said "Stopped on request after the message in flight"
+            left = sum(r.status is EditionStatus.SENDING for r in rows)
+            said = " ".join(output.split())
+            assert "after the message" not in said, output
+            assert "Stopped at once on a second signal, without waiting for the relay's " in said
+            assert f"{left} messages left in flight, recorded as sending" in said, output
             [run] = store.last_runs(1)
             assert run.status == "stopped" and run.finished is not None
         finally:
             release.set()
             store.close()
+        before = len(log.read_text())
         again = start_send(setup, log)
         assert again.wait(timeout=60) == 0, log.read_text()
+        said = " ".join(log.read_text()[before:].split())
+        assert f"resumed from an interrupted run │ {left}" in said, said  # it was, this time
         ids = relay.ids_by_rcpt()
         assert set(ids) == set(setup.emails)
         assert all(len(set(m)) == 1 for m in ids.values()), "duplicates keep their Message-ID"

