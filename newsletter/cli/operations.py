@@ -168,6 +168,12 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     )
     if report.matching:
         output.console.print(f"Matching: {report.matching}.", highlight=False, markup=False)
+    if report.model_cache is not None:
+        cache = report.model_cache
+        hint = "; 'newsletter cache clean' empties it" if cache.entries else ""
+        output.console.print(
+            f"Model cache: {cache.line()}{hint}.", highlight=False, markup=False, soft_wrap=True
+        )
     output.console.print(f"Editions are checked every {report.tick_minutes} min; next fetches:")
     for name, when in upcoming[:4]:
         output.console.print(
