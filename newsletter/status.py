@@ -2,8 +2,9 @@
 counts, failing sources, suppressed addresses, deliverability, editions left unknown, the
 model cache.
 
-Read from the store and the config only; nothing is written (an interrupted run is shown as
-such, not settled).
+Read from the store and the config only; nothing is written to the database (an interrupted
+run is shown as such, not settled). Checking the model may remember its weights' hash in the
+model cache (:mod:`newsletter.semantic.cache`), so that the next check reads no weights.
 """
 
 from __future__ import annotations
