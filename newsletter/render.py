@@ -51,6 +51,7 @@ import jinja2
 import markupsafe
 
 from newsletter.config import Settings
+from newsletter.errors import NotInstalled
 from newsletter.excerpts import excerpt, lead_excerpt
 from newsletter.fragments import (
     CACHE_SIZE,
@@ -317,6 +318,8 @@ class Renderer:
         source, filename, _ = self.env.loader.get_source(self.env, "digest.html")
         try:
             inlined = prebuilt(source, shipped_templates_dir()) or inline_template_source(source)
+        except NotInstalled as e:  # a template of the operator's, without the templates extra
+            raise NotInstalled(f"{filename}: {e}") from e
         except NotInlinable as e:
             log.warning(
                 "%s: CSS cannot be inlined once (%s); inlining every message instead, "
@@ -324,6 +327,10 @@ class Renderer:
                 filename,
                 e,
             )
+            try:  # every message will need premailer: say so now, not once per reader
+                inline_css("<p></p>")
+            except NotInstalled as missing:
+                raise NotInstalled(f"{filename}: {missing}") from missing
             return None
         return self.html_env.from_string(inlined)
 

@@ -105,6 +105,10 @@ def run_service(
     from newsletter.web.metrics import listener as metrics_listener
 
     config, store = services.config, services.store
+    if config.settings.workers is not None:  # its editions go to Celery: say now if it is missing
+        from newsletter.edition.workers import require_celery
+
+        require_celery(config)
     stop = threading.Event()
     jobs = make_jobs(services, stop)
     app = build_app(services)

@@ -1,8 +1,10 @@
 """What ``newsletter status`` reports: the next scheduled fetches, recent runs with their
-counts, failing sources, suppressed addresses, deliverability, editions left unknown.
+counts, failing sources, suppressed addresses, deliverability, editions left unknown, the
+model cache.
 
-Read from the store and the config only; nothing is written (an interrupted run is shown as
-such, not settled).
+Read from the store and the config only; nothing is written to the database (an interrupted
+run is shown as such, not settled). Checking the model may remember its weights' hash in the
+model cache (:mod:`newsletter.semantic.cache`), so that the next check reads no weights.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from newsletter.config import Config
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.run_leases import runs_as_seen
 from newsletter.scheduler import Jobs, build_scheduler, next_runs
+from newsletter.semantic.cache import CacheUsage, model_cache, usage
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store import EditionRecord, RunRecord, Store
 from newsletter.store.bounces import EditionRates
@@ -64,6 +67,8 @@ class Status:
     """``delivery.on_unknown: resend``: unknown editions are re-sent once by the next send."""
     matching: str = ""
     """One line: whether ranking fuses meaning with keywords, or why it is lexical."""
+    model_cache: CacheUsage | None = None
+    """The folder of ONNX files made from a model's weights: where it is and what it holds."""
 
     def as_json(self) -> dict[str, Any]:
         """The overview as ``newsletter status --json`` prints it."""
@@ -76,6 +81,7 @@ class Status:
             "editions_today": self.editions_today,
             "papers": self.papers,
             "matching": self.matching,
+            "model_cache": None if self.model_cache is None else self.model_cache.as_json(),
             "runs": [
                 {
                     "kind": r.kind,
@@ -136,4 +142,5 @@ def gather_status(config: Config, store: Store, now: datetime, *, runs: int = 10
         unknown=store.unsettled_editions(),
         resend_unknown=config.settings.delivery.on_unknown == "resend",
         matching=VectorSource(config, store, lambda: now).check(),
+        model_cache=usage(model_cache(config)),
     )

@@ -248,7 +248,10 @@ def test_the_dockerfile_build_stage_builds_from_only_the_files_it_copies(tmp_pat
     assert "newsletter/edition/workers.py" in names and "newsletter/templates/digest.html" in names
     meta = next(n for n in names if n.endswith("METADATA"))
     requires = zipfile.ZipFile(wheel).read(meta).decode()
-    assert "Requires-Dist: celery[redis]" in requires  # the worker's dependency is installed
+    # Celery is the workers extra (the image installs it: one image runs the app and workers)
+    assert re.search(r"^Requires-Dist: celery\[redis\].*extra == .workers.", requires, re.M)
+    extras = re.search(r"'\.\[([a-z,]+)\]'", text)
+    assert extras and "workers" in extras.group(1).split(",")
     assert "Requires-Dist: psycopg[binary]" in requires  # as the [postgres] extra
 
 

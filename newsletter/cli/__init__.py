@@ -11,6 +11,7 @@ module per command group:
 - :mod:`.ranking`: ``rank`` and ``feedback``;
 - :mod:`.subscribers` and :mod:`.subscriber_lists`: the ``subscribers`` group;
 - :mod:`.operations`: ``db``, ``fetch``, ``status``, ``bounces poll``;
+- :mod:`.cache`: ``cache show`` and ``cache clean`` (the model cache);
 - :mod:`.servers`: ``serve``, ``worker``, ``inbound``, ``sink``;
 - :mod:`.starter`: ``init`` and ``demo``.
 
@@ -20,6 +21,7 @@ Importing this package registers every command on :data:`cli`; ``newsletter = ne
 from __future__ import annotations
 
 from newsletter.cli import (  # noqa: F401  (each registers its commands on `cli`)
+    cache,
     operations,
     ranking,
     sending,

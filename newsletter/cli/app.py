@@ -21,18 +21,19 @@ from typing import TYPE_CHECKING
 import click
 
 from newsletter import __version__
-from newsletter.addresses import InvalidAddress, normalize_address
 from newsletter.cli import output
 from newsletter.cli.output import fail
 from newsletter.clock import utcnow
-from newsletter.config import Config, load_config
 from newsletter.errors import NewsletterError
 from newsletter.models import Subscriber
-from newsletter.seeding import seed_subscribers
-from newsletter.store import Store
 
-if TYPE_CHECKING:  # imported when used: they load the renderer, the relay and DKIM
+if TYPE_CHECKING:
+    # Imported when used: the config (pydantic, YAML) and the store (SQLAlchemy) take about
+    # 0.3 s to import, and `newsletter --help` or `newsletter cache show` need neither; the
+    # services load the renderer, the relay and DKIM.
+    from newsletter.config import Config
     from newsletter.services import Services
+    from newsletter.store import Store
 
 
 @dataclass
@@ -55,12 +56,15 @@ class Context:
     def config(self) -> Config:
         """The command's config, loaded once."""
         if self._config is None:
+            from newsletter.config import load_config
+
             self._config = load_config(self.config_path)
         return self._config
 
     def open_store(self) -> Store:
         """The configured database, connected (one clear error when it cannot be)."""
         from newsletter.config import ENV_DATABASE_URL
+        from newsletter.store import Store
 
         config = self.config
         where = (
@@ -219,6 +223,8 @@ def known_subscriber(obj: Context, email: str, *, seed: bool = True) -> tuple[St
 
     ``seed``: first add the config's ``subscribers:`` list, as commands that read them do.
     """
+    from newsletter.seeding import seed_subscribers
+
     services = obj.services()
     store = services.store
     if seed:
@@ -232,6 +238,8 @@ def known_subscriber(obj: Context, email: str, *, seed: bool = True) -> tuple[St
 
 def checked_address(value: str) -> str:
     """``value`` as a normalized address; the command fails with the reason when it is not."""
+    from newsletter.addresses import InvalidAddress, normalize_address
+
     try:
         return normalize_address(value)
     except InvalidAddress as e:

@@ -13,11 +13,9 @@ import sys
 import click
 from rich.table import Table
 
-from newsletter.bounces import report as bounce_report
 from newsletter.cli import output
 from newsletter.cli.app import Context, cli, errors
 from newsletter.cli.output import fail, print_fetch_report, shown
-from newsletter.seeding import seed_subscribers
 from newsletter.text import counted
 
 
@@ -30,6 +28,8 @@ def db() -> None:
 @click.pass_obj
 def db_upgrade(obj: Context) -> None:
     """Create the database or migrate it to the current schema; add the config's subscribers."""
+    from newsletter.seeding import seed_subscribers
+
     with errors():
         store = obj.open_store()
         before = store.current_revision()
@@ -146,6 +146,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     """Next scheduled runs, recent runs with counts, failing sources, suppressed addresses."""
     from datetime import UTC
 
+    from newsletter.bounces import report as bounce_report
     from newsletter.status import gather_status, run_duration
 
     with errors():
@@ -168,6 +169,12 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     )
     if report.matching:
         output.console.print(f"Matching: {report.matching}.", highlight=False, markup=False)
+    if report.model_cache is not None:
+        cache = report.model_cache
+        hint = "; 'newsletter cache clean' empties it" if cache.entries else ""
+        output.console.print(
+            f"Model cache: {cache.line()}{hint}.", highlight=False, markup=False, soft_wrap=True
+        )
     output.console.print(f"Editions are checked every {report.tick_minutes} min; next fetches:")
     for name, when in upcoming[:4]:
         output.console.print(

@@ -26,7 +26,6 @@ from newsletter.cli.output import (
     shown,
 )
 from newsletter.errors import ExitStatus
-from newsletter.seeding import seed_subscribers
 from newsletter.text import counted
 
 if TYPE_CHECKING:  # imported when used: they load the renderer, the relay and DKIM
@@ -156,6 +155,7 @@ def do_send(
     The request is validated by :func:`newsletter.edition.send`, as for every front end; a bad
     one (:class:`~newsletter.edition.BadSendRequest`) is the command's ``error:`` line."""
     from newsletter.edition import SendRequest, send
+    from newsletter.seeding import seed_subscribers
 
     services = obj.services()
     now = services.clock()

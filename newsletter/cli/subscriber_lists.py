@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from newsletter.bounces import report as bounce_report
 from newsletter.cli import output
 from newsletter.cli.app import Context, errors, known_subscriber
 from newsletter.cli.output import fail, print_wide, shown
@@ -203,6 +202,7 @@ def subscribers_import(
 def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     """Show one subscriber with their consent record (when, how, from where they agreed) and
     their "more/less like this" votes."""
+    from newsletter.bounces import report as bounce_report
     from newsletter.exporter import subscriber_record
 
     with errors():

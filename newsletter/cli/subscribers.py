@@ -13,7 +13,6 @@ import shlex
 import click
 from rich.markup import escape
 
-from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.cli import output
 from newsletter.cli.app import Context, checked_address, cli, errors, known_subscriber
 from newsletter.cli.output import fail, shown
@@ -44,6 +43,7 @@ def subscribers_add(
     """
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+    from newsletter.addresses import InvalidAddress, normalize_name
     from newsletter.subscribe import LIVE, consent_block
     from newsletter.zones import not_a_zone
 
@@ -183,6 +183,7 @@ def subscribers_set(
     Only an active or paused subscriber can be changed: someone who unsubscribed becomes a
     subscriber again by confirming by email (newsletter subscribers invite).
     """
+    from newsletter.addresses import InvalidAddress, normalize_name
     from newsletter.subscribe import LIVE, InvalidRequest, Subscriptions
 
     if not (topics or tz or hour or frequency or name is not None or pause is not None):

@@ -17,6 +17,7 @@ the ledger claim:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -35,7 +36,7 @@ from newsletter.edition.plan import choose, is_in_flight, is_settled
 from newsletter.edition.report import SendReport
 from newsletter.edition.request import SendRequest
 from newsletter.edition.send_run import SendRun
-from newsletter.errors import NewsletterError
+from newsletter.errors import NewsletterError, NotInstalled
 from newsletter.logs import step
 from newsletter.models import Subscriber, SubscriberStatus
 from newsletter.services import Services
@@ -59,6 +60,35 @@ class BrokerError(NewsletterError):
         )
 
 
+INSTALL = "pip install 'newsletter[workers]' (from a checkout: pip install -e '.[workers]')"
+"""Celery and its Redis client are the ``workers`` extra: one process on one machine needs
+neither (about 28 MB of the install)."""
+
+
+def require_celery(config: Config) -> None:
+    """:class:`~newsletter.errors.NotInstalled`, with the install command, when Celery is
+    missing; looks without importing it (``serve`` checks at start-up, :func:`make_app` too)."""
+    import importlib.util
+
+    with contextlib.suppress(ImportError, ValueError):  # ValueError: a half-removed install
+        if importlib.util.find_spec("celery") is not None:
+            return
+    raise NotInstalled(
+        f"{config.path}: workers: sending with Celery workers needs the workers extra, which "
+        f"is not installed: {INSTALL}; or remove the workers: section to send from this process"
+    )
+
+
+def _celery(config: Config) -> Any:
+    require_celery(config)
+    try:
+        import celery
+        import celery.utils.nodenames
+    except ImportError as e:  # there, but broken
+        raise NotInstalled(f"{config.path}: workers: cannot import Celery ({e}): {INSTALL}") from e
+    return celery
+
+
 def _settings(config: Config) -> Any:
     w = config.settings.workers
     if w is None:
@@ -68,10 +98,9 @@ def _settings(config: Config) -> Any:
 
 def make_app(config: Config) -> Any:
     """The Celery app for this config, with the send task registered."""
-    from celery import Celery
-
+    celery = _celery(config)
     w = _settings(config)
-    app = Celery("newsletter", broker=w.broker(), backend=w.backend(), set_as_current=False)
+    app = celery.Celery("newsletter", broker=w.broker(), backend=w.backend(), set_as_current=False)
     app.conf.update(
         task_default_queue=w.queue,
         task_acks_late=True,  # acknowledged after the chunk ran, not when it was received
@@ -402,7 +431,8 @@ def send_with_workers(
 
 
 def node_name(name: str | None) -> str:
-    """The worker's node name: ``%h`` is this host's name (one per container)."""
+    """The worker's node name: ``%h`` is this host's name (one per container). Called once
+    :func:`make_app` has found Celery."""
     from celery.utils.nodenames import host_format
 
     return str(host_format(name or f"newsletter-{os.getpid()}@%h"))
@@ -430,6 +460,7 @@ def run_worker(
 
     SIGTERM is a warm shutdown: the chunk in flight is finished, the rest stays queued."""
     w = _settings(config)
+    _celery(config)  # first: without Celery installed, say so before anything else
     check = Store(config.database_url)
     try:
         check.check_schema()
@@ -459,6 +490,7 @@ __all__ = [
     "make_app",
     "node_name",
     "ping_worker",
+    "require_celery",
     "run_worker",
     "send_chunk",
     "send_with_workers",

@@ -4,8 +4,9 @@ A model is a directory holding a ``tokenizer.json`` (Hugging Face ``tokenizers``
 ONNX encoder (``model.onnx`` or ``onnx/model.onnx``, as Hugging Face publishes them) or a BERT
 encoder's weights (``model.safetensors`` + ``config.json``, the sentence-transformers layout),
 which is turned into ONNX once (:mod:`newsletter.semantic.export`) and kept in the cache
-folder. :func:`locate` finds one from ``ranking.model``: a directory, or the name of the
-default model (all-MiniLM-L6-v2) when a package that ships its weights is installed.
+folder by the weights' content (:mod:`newsletter.semantic.cache`). :func:`locate` finds one
+from ``ranking.model``: a directory, or the name of the default model (all-MiniLM-L6-v2) when
+a package that ships its weights is installed.
 
 :class:`Embedder` runs the encoder with ONNX Runtime on the CPU: texts are cut to
 ``max_tokens * CHARS_PER_TOKEN`` characters, tokenized and cut at ``max_tokens`` word pieces
@@ -16,7 +17,6 @@ mean-pooled over their real tokens and scaled to unit length: what sentence-tran
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import logging
@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.errors import NewsletterError
+from newsletter.semantic.cache import entry_for
 
 log = logging.getLogger(__name__)
 
@@ -185,17 +186,19 @@ def locate(
 
 
 def _converted(directory: Path, name: str, cache: Path, *, convert: bool = True) -> Path:
-    """The ONNX form of a safetensors model, made once into ``cache`` (``convert=False``:
-    where it would be, after checking that it can be made)."""
+    """The ONNX form of a safetensors model, made once into ``cache`` and kept there by the
+    weights' content (:mod:`newsletter.semantic.cache`): every copy of the same weights finds
+    it. ``convert=False``: where it would be, after checking that it can be made."""
     weights = directory / "model.safetensors"
     if not weights.is_file() or not (directory / "config.json").is_file():
         raise ModelUnavailable(
             f"semantic matching is off: {directory} has neither model.onnx nor "
             "model.safetensors with config.json"
         )
-    stat = weights.stat()
-    tag = hashlib.sha256(f"{weights.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    target = cache / f"{name}-{tag.hexdigest()[:12]}" / "model.onnx"
+    try:
+        target = entry_for(directory, cache)
+    except OSError as e:
+        raise ModelUnavailable(f"semantic matching is off: {directory}: {e}") from e
     if target.is_file():
         return target
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +29,7 @@ import numpy.typing as npt
 
 from newsletter.config import Config, TopicSettings
 from newsletter.models import MAX_TEXT_CHARS, Paper
+from newsletter.semantic.cache import model_cache
 from newsletter.semantic.model import (
     ALIASES,
     Embedder,
@@ -89,12 +89,6 @@ class Semantic:
     """Per topic, each keyword entry's vector by its first alias (to name what is near)."""
 
 
-def default_cache() -> Path:
-    """Where a model's ONNX form is kept by default: ``$XDG_CACHE_HOME/newsletter/models``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "newsletter" / "models"
-
-
 CHILD_TIMEOUT = 3600.0
 """Seconds the child process that embeds a send's missing texts may take."""
 
@@ -124,11 +118,8 @@ class VectorSource:
         self._store = store
         self._now = now
         self._base = config.base_dir
-        self._cache = (
-            (config.base_dir / ranking.model_cache).resolve()
-            if ranking.model_cache
-            else default_cache()
-        )
+        self.cache = model_cache(config)
+        """The folder that keeps ONNX files made from weights (:mod:`.cache`)."""
         self._progress = progress
         self._embedder: Embedder | None = None
         self.loaded = False
@@ -159,7 +150,7 @@ class VectorSource:
         the model): what ``status`` shows."""
         if self.problem is None:
             try:
-                locate(self._settings.model, self._cache, self._base, convert=False)
+                locate(self._settings.model, self.cache, self._base, convert=False)
             except ModelUnavailable as e:
                 return str(e).replace("semantic matching is off", "ranking is lexical")
         return self.state
@@ -174,7 +165,7 @@ class VectorSource:
     def _load(self) -> Embedder | None:
         if self._embedder is None and self.problem is None:
             try:
-                files = locate(self._settings.model, self._cache, self._base)
+                files = locate(self._settings.model, self.cache, self._base)
                 log.info("ranking: loading the model %s (%s)", files.name, files.onnx)
                 self._embedder = Embedder(files, max_tokens=self._settings.max_tokens)
                 self.model = self._embedder.name

@@ -172,6 +172,7 @@ def _enqueue(ctx: WebContext, send_request: SendRequest) -> dict[str, Any]:
     """Queue the edition's chunks for the workers (as `send --now --no-wait`); what was queued."""
     from newsletter.edition import send
     from newsletter.edition.workers import BrokerError
+    from newsletter.errors import NotInstalled
 
     workers = ctx.config.settings.workers
     assert workers is not None
@@ -179,7 +180,7 @@ def _enqueue(ctx: WebContext, send_request: SendRequest) -> dict[str, Any]:
     try:
         enqueued = send(ctx.services, send_request, now=ctx.now()).enqueued
         assert enqueued is not None  # a whole-list send with workers: queued
-    except BrokerError as e:  # the run is recorded as failed
+    except (BrokerError, NotInstalled) as e:  # the run is recorded as failed (or never began)
         raise HTTPException(
             503, f"{e}; then POST again (editions already sent are left out)"
         ) from e
