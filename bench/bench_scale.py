@@ -131,10 +131,11 @@ def config_data(db_url: str, sink_port: int, topic_list: list[dict[str, Any]]) -
     }
 
 
-def populate(store: Store, n: int, rng: random.Random) -> None:
-    """2,000 papers first seen in the last days, ``n`` active subscribers with 1-3 topics."""
+def populate(store: Store, n: int, rng: random.Random, papers_count: int = PAPERS) -> None:
+    """2,000 papers (``papers_count``) first seen in the last days, ``n`` active subscribers with
+    1-3 topics."""
     now = utcnow()
-    papers = make_papers(PAPERS, rng)
+    papers = make_papers(papers_count, rng)
     with store.engine.begin() as conn:
         conn.execute(
             t.papers.insert(),

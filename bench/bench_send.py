@@ -60,6 +60,7 @@ from newsletter.clock import utcnow
 ROOT = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("NEWSLETTER_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 POOL = 4
+PAPERS = 2000  # bench_scale.PAPERS (imported lazily there: it loads the store)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -169,8 +170,9 @@ class Database:
         }
 
 
-def seed(db: Database, n: int, topic_list: list[dict[str, Any]]) -> None:
-    """Migrated schema, 2,000 papers, ``n`` active subscribers: as the scale benchmark seeds."""
+def seed(db: Database, n: int, topic_list: list[dict[str, Any]], papers: int = PAPERS) -> None:
+    """Migrated schema, 2,000 papers (``papers``), ``n`` active subscribers: as the scale
+    benchmark seeds."""
     import random
 
     from bench.bench_scale import populate
@@ -179,16 +181,17 @@ def seed(db: Database, n: int, topic_list: list[dict[str, Any]]) -> None:
     store = Store(db.url)
     try:
         store.upgrade()
-        populate(store, n, random.Random(n))
+        populate(store, n, random.Random(n), papers)
     finally:
         store.close()
 
 
-_VECTORS: list[dict[str, Any]] = []
-"""The embedding rows of the seeded papers, made once per bench run (same papers, same texts)."""
+_VECTORS: dict[int, list[dict[str, Any]]] = {}
+"""The embedding rows of the seeded papers by their count, made once per bench run (same papers,
+same texts)."""
 
 
-def seed_vectors(config_path: Path) -> None:
+def seed_vectors(config_path: Path, papers: int = PAPERS) -> None:
     """Store the papers' and topics' embedding vectors as ``newsletter fetch`` does
     (``embed_new``), so that the send reads them; a no-op when semantic ranking is off or its
     model is not installed. The first call embeds, in a process of its own
@@ -201,7 +204,7 @@ def seed_vectors(config_path: Path) -> None:
     from newsletter.store import Store
     from newsletter.store import tables as t
 
-    if not _VECTORS:
+    if papers not in _VECTORS:
         rows = config_path.with_suffix(".vectors")
         subprocess.run(
             [sys.executable, "-m", "bench.bench_send", "embed", str(config_path), str(rows)],
@@ -210,12 +213,12 @@ def seed_vectors(config_path: Path) -> None:
         )
         if not rows.exists():  # semantic ranking is off, or its model is not installed
             return
-        _VECTORS.extend(pickle.loads(rows.read_bytes()))
+        _VECTORS[papers] = pickle.loads(rows.read_bytes())
         return
     store = Store(load_config(config_path).database_url)
     try:
         with store.engine.begin() as conn:
-            conn.execute(t.embeddings.insert(), _VECTORS)
+            conn.execute(t.embeddings.insert(), _VECTORS[papers])
     finally:
         store.close()
 
@@ -462,15 +465,22 @@ def raw_smtplib(port: int, n: int, data: bytes) -> float:
     return raw(port, n, data)
 
 
-def measure(backend: str, n: int, tmp: Path, topics: list[dict[str, Any]] | None = None) -> Send:
-    """Seed a fresh database, run the command into a sink, then the raw baseline."""
+def measure(
+    backend: str,
+    n: int,
+    tmp: Path,
+    topics: list[dict[str, Any]] | None = None,
+    papers: int = PAPERS,
+) -> Send:
+    """Seed a fresh database, run the command into a sink, then the raw baseline (``papers``
+    fewer than the benchmark's 2,000 only in its smoke test: embedding them is most of its time)."""
     topics = topics or topic_list()
     db = Database.create(backend, tmp)
     try:
-        seed(db, n, topics)
+        seed(db, n, topics, papers)
         sink = Sink(tmp, f"{backend}-send")
         config = write_config(tmp / f"{backend}-send.yaml", db, sink.port, topics)
-        seed_vectors(config)
+        seed_vectors(config, papers)
         load0 = os.getloadavg()[0]
         server = ServerCpu(db.name) if backend == "postgresql" else None
         try:
@@ -816,14 +826,16 @@ def profile_main(out: str, args: list[str]) -> None:
     raise SystemExit(code)
 
 
-def profile(backend: str, n: int, tmp: Path, topics: list[dict[str, Any]]) -> dict[str, Any]:
+def profile(
+    backend: str, n: int, tmp: Path, topics: list[dict[str, Any]], papers: int = PAPERS
+) -> dict[str, Any]:
     """A second send on a fresh database, in-process with a :class:`StageClock`."""
     db = Database.create(backend, tmp)
     try:
-        seed(db, n, topics)
+        seed(db, n, topics, papers)
         sink = Sink(tmp, f"{backend}-profile")
         config = write_config(tmp / f"{backend}-profile.yaml", db, sink.port, topics)
-        seed_vectors(config)
+        seed_vectors(config, papers)
         out = tmp / f"{backend}.profile.json"
         try:
             run_cli(config, tmp / f"{backend}-profile.log", profile=out)

@@ -22,6 +22,7 @@ from tests.conftest import PG_URL, pg_unavailable
 pytestmark = pytest.mark.slow
 
 SUBSCRIBERS = 50
+PAPERS = 150  # of the benchmark's 2,000: embedding those was nine tenths of this test's time
 FIELDS = (
     "wall",
     "cpu",
@@ -50,11 +51,13 @@ def _check(send: bench_send.Send) -> dict[str, object]:
 
 
 def test_sqlite_send_is_measured_and_every_digest_arrives(tmp_path: Path) -> None:
-    send = bench_send.measure("sqlite", SUBSCRIBERS, tmp_path)
+    send = bench_send.measure("sqlite", SUBSCRIBERS, tmp_path, papers=PAPERS)
     fields = _check(send)
     assert fields["server_ms"] is None and send.editions == {}
     # the profiled send: the same command in-process, its CPU credited to the stages
-    got = bench_send.profile("sqlite", SUBSCRIBERS, tmp_path, bench_send.topic_list())
+    got = bench_send.profile(
+        "sqlite", SUBSCRIBERS, tmp_path, bench_send.topic_list(), papers=PAPERS
+    )
     cpu = got["cpu"]
     assert got["missing"] == []
     for stage in bench_send.GROUPS[:10]:  # every stage of the send path counted some CPU
@@ -72,7 +75,7 @@ def test_postgres_send_counts_server_cpu_and_editions_scans(
     if reason:
         pytest.skip(reason)
     monkeypatch.setattr(bench_send, "PG_URL", PG_URL)
-    send = bench_send.measure("postgresql", SUBSCRIBERS, tmp_path)
+    send = bench_send.measure("postgresql", SUBSCRIBERS, tmp_path, papers=PAPERS)
     _check(send)
     assert send.server["backend_count"] >= 1  # the send's backends were found and read
     assert send.server["backends"] >= 0
@@ -177,3 +180,9 @@ def test_the_baseline_runs_with_its_own_blas_default() -> None:
     ).stdout.split()
     assert run(env) == ["1", "None"]
     assert run({**env, "OPENBLAS_NUM_THREADS": "3"}) == ["3", "3"]
+
+
+def test_the_benchmark_seeds_as_many_papers_as_the_scale_benchmark() -> None:
+    from bench import bench_scale
+
+    assert bench_send.PAPERS == bench_scale.PAPERS  # the smoke test's fewer are its own choice
