@@ -97,6 +97,58 @@ def store(db_url: str) -> Iterator[Store]:
     s.close()
 
 
+# ---------------------------------------------------------------------------- the encoder
+
+_ENCODERS: dict[tuple[str, int], Any] = {}
+_VECTORS: dict[tuple[str, str], Any] = {}
+_OWN_ENCODER = ("tests/semantic/", "tests/security/test_embedder_input.py")
+"""Tests of the encoder itself: they load the model and run it on every text, every time."""
+
+
+@pytest.fixture(autouse=True)
+def _encode_each_text_once_per_process(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sentence encoder, loaded once per test process and run once per text in it.
+
+    Every test of a demo with semantic ranking builds a fresh database, so it embedded the same
+    demo papers again: about 3 s of ONNX Runtime a test, a fifth of the suite. A text's vector
+    does not depend on its batch or on the texts beside it (tests/semantic/test_model.py holds
+    that), so the vector computed by the real model the first time is the one every later test
+    would compute. In-process only (a command run as a subprocess loads the model itself); the
+    encoder's own tests (``_OWN_ENCODER``) are left alone."""
+    where = request.path.as_posix()
+    if any(part in where for part in _OWN_ENCODER):
+        return
+    import numpy as np
+
+    from newsletter.semantic import model, vectors
+
+    real_embed = model.Embedder.embed
+
+    def embed(
+        self: model.Embedder, texts: Any, progress: Callable[[int], Any] | None = None
+    ) -> Any:
+        missing = [t for t in dict.fromkeys(texts) if (self.name, t) not in _VECTORS]
+        if missing:
+            for text_, row in zip(missing, real_embed(self, missing), strict=True):
+                _VECTORS[self.name, text_] = row
+        if not texts:
+            return real_embed(self, texts)
+        if progress is not None:
+            progress(len(texts))
+        return np.stack([_VECTORS[self.name, t] for t in texts])
+
+    def encoder(files: Any, *, max_tokens: int = 128, threads: int = 0) -> model.Embedder:
+        key = (str(files.onnx), max_tokens)
+        if key not in _ENCODERS:
+            _ENCODERS[key] = model.Embedder(files, max_tokens=max_tokens, threads=threads)
+        return _ENCODERS[key]  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(model.Embedder, "embed", embed)
+    monkeypatch.setattr(vectors, "Embedder", encoder)
+
+
 # ---------------------------------------------------------------------------- SMTP
 
 

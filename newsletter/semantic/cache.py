@@ -47,8 +47,8 @@ part of every entry's key: raise it when that graph changes, so that no entry wr
 older exporter is used again."""
 HASHES = "hashes.json"
 """The cache's file of remembered weights hashes."""
-ENTRY_FILES = frozenset({"model.onnx", "model.onnx.tmp"})
-"""What an entry folder holds (``.tmp``: an export that was interrupted)."""
+ENTRY_FILES = re.compile(r"model\.onnx(\.[0-9]+)?(\.tmp)?")
+"""What an entry folder holds (``model.onnx.PID.tmp``: an export under way or interrupted)."""
 _NEW_ENTRY = re.compile(r"onnx-[0-9a-f]{16}")
 _OLD_ENTRY = re.compile(r".+-[0-9a-f]{12}")
 
@@ -136,7 +136,7 @@ def _entries(cache: Path) -> list[Path]:
             names = {p.name for p in child.iterdir()}
         except OSError:
             continue
-        if names and names <= ENTRY_FILES:
+        if names and all(ENTRY_FILES.fullmatch(name) for name in names):
             found.append(child)
     return sorted(found)
 

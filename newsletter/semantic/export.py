@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,11 @@ def bert_to_onnx(model_dir: Path, target: Path) -> None:
     model.ir_version = 8  # readable by ONNX Runtime 1.14 and later
     onnx.checker.check_model(model, full_check=False)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(target)
+    # a name of this process's own: two processes converting the same weights at once (two
+    # test workers, two services starting together) each write theirs, and the last rename wins
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        onnx.save(model, str(tmp))
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
