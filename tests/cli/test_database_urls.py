@@ -63,6 +63,8 @@ MALFORMED = [
 ARGS: dict[str, list[str]] = {
     "db upgrade": [],
     "db current": [],
+    "cache show": [],
+    "cache clean": [],
     "fetch": [],
     "bounces poll": [],
     "status": [],
