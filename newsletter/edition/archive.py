@@ -81,8 +81,11 @@ def sent_digest(
     # The run loaded its papers before it began this message: a revision after that is newer.
     revised = sum(1 for p in papers if p.updated > record.claimed)
     layout = read_layout(store.edition_layout(record.id))
-    if layout is not None and layout.paper_ids == [p.id for p in papers]:
-        digest = layout.digest(sub, edition_date, {p.id: p for p in papers})
+    stored = {p.id: p for p in papers}
+    # The layout must describe the papers the row lists, in their order (papers are never
+    # deleted, but one missing would only be left out).
+    if layout is not None and [i for i in layout.paper_ids if i in stored] == list(stored):
+        digest = layout.digest(sub, edition_date, stored)
         return SentEdition(digest, True, layout.grouped, revised)
     digest = ranked_again(config, store, sub, record, papers, vectors=vectors)
     return SentEdition(digest, False, config.settings.digest.group_by_topic, revised)

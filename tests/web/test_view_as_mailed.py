@@ -194,16 +194,22 @@ def test_a_paper_revised_after_the_send_is_shown_revised_and_the_page_says_so(
     assert before.head == after.head and len(before.body) == len(after.body)
 
 
+@pytest.mark.parametrize("layout", ["none", "another reader's", "unreadable"])
 def test_an_edition_sent_before_digests_were_recorded_is_ranked_again_and_says_so(
-    demo: tuple[Config, Store], smtp_server: SmtpServer
+    demo: tuple[Config, Store], smtp_server: SmtpServer, layout: str
 ) -> None:
     """Editions sent before migration 0015 have only their papers: the page ranks them again
-    (every paper still shown) and says that sections, order and reasons may differ."""
+    (every paper still shown) and says that sections, order and reasons may differ. So does
+    one whose layout does not describe its papers, or cannot be read."""
     config, store = demo
     assert run_send(config, store, NOW).sent == 3
     view, html = mailed(smtp_server)["grace@example.org"]
+    ada = store.get_subscriber("ada@example.org")
+    assert ada is not None
+    ada_layout = store.edition_layout(store.edition_for(ada.id, _day(store, ada.id)).id)
+    value = {"none": None, "another reader's": ada_layout, "unreadable": '{"v":1,"t":'}[layout]
     with store.engine.begin() as conn:
-        conn.execute(update(t.editions).values(layout=None))
+        conn.execute(update(t.editions).values(layout=value))
     with TestClient(create_app(config, store, None)) as client:
         page = client.get(view).text
     flat = _words(page)
