@@ -4,7 +4,8 @@ updates and the driver-level SQL the fast paths run on SQLite (sqlite3) and Post
 
 A delivered edition's papers go into its own row (``editions.paper_ids``, see
 :func:`~newsletter.store.tables.paper_list`), and with them what the mail showed besides them
-(``editions.layout``, :mod:`newsletter.edition.layout`), in the same statement. The begin and the sent mark are written more than once on purpose: as SQLAlchemy statements
+(``editions.layout``, :mod:`newsletter.edition.layout`), in the same statement. The begin and
+the sent mark are written more than once on purpose: as SQLAlchemy statements
 (``begin_send``, ``mark_edition``, and the fallbacks), per row for sqlite3 (an in-process
 database: ``executemany`` of a tiny UPDATE is its cheapest form, and SQLite has no arrays) and
 as one array statement for psycopg (one round trip per group commit). One SQL text for both
@@ -119,8 +120,8 @@ _PG_LEDGER_AT_ONCE_SQL = (
 def _pg_ledger(
     conn: Connection, marks: Sequence[LedgerOp], begins: Sequence[LedgerOp], now: datetime
 ) -> set[int]:
-    """Sent marks (with their papers and layouts) and begins of one owner in one statement; returns the
-    editions whose begin applied."""
+    """Sent marks (with their papers and layouts) and begins of one owner in one statement;
+    returns the editions whose begin applied."""
     params = {
         "ids": pg_array([op.edition_id for op in marks]),
         "counts": pg_array([len(op.paper_ids) or None for op in marks]),
