@@ -403,6 +403,9 @@ class LedgerOp:
     error: str | None = None
     paper_ids: tuple[int, ...] = ()
     limit: int = 0
+    layout: str | None = None
+    """What the digest showed besides its papers (``editions.layout``, written with them;
+    :mod:`newsletter.edition.layout`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,11 +375,15 @@ class Renderer:
             Reader(prefix, lambda pid, kind: prefix + token(pid, kind)),
         )
 
-    def context(self, digest: Digest, links: DigestLinks) -> dict[str, object]:
-        """The values the digest templates are rendered with."""
+    def context(
+        self, digest: Digest, links: DigestLinks, *, grouped: bool | None = None
+    ) -> dict[str, object]:
+        """The values the digest templates are rendered with; ``grouped`` as
+        ``digest.group_by_topic`` (the default) says."""
         sections = [s for s in digest.sections if s.items]
         # A topic with nothing strong today says so, rather than padding with weak matches.
-        grouped = self.settings.digest.group_by_topic
+        if grouped is None:
+            grouped = self.settings.digest.group_by_topic
         quiet = [s.title for s in digest.sections if not s.items] if grouped and sections else []
         return {
             "quiet": quiet,
@@ -398,12 +402,16 @@ class Renderer:
             "rate_link": links.view if links.feedback is not None and links.view else None,
             "paper_feedback": links.feedback is not None and not links.view,
             "sender": self.settings.sender,
-            "show_sections": self.settings.digest.group_by_topic and len(sections) > 1,
+            "show_sections": grouped and len(sections) > 1,
             "width": TEXT_WIDTH,
         }
 
-    def render(self, digest: Digest, links: DigestLinks) -> RenderedDigest:
-        """The digest as subject, preheader, HTML (CSS inlined) and plain text.
+    def render(
+        self, digest: Digest, links: DigestLinks, *, grouped: bool | None = None
+    ) -> RenderedDigest:
+        """The digest as subject, preheader, HTML (CSS inlined) and plain text; ``grouped``
+        (by topic) as ``digest.group_by_topic`` says unless given (a mail sent under another
+        setting, rendered again).
 
         Topic sections and paper cards come from the caches (:class:`Fragments`): a section
         is rendered once per run and reused by every reader of its topic, with their own
@@ -413,7 +421,7 @@ class Renderer:
         feedback = links.feedback
         if feedback is not None:
             html_reader, text_reader = self._readers(digest, feedback)
-        ctx = self.context(digest, links)
+        ctx = self.context(digest, links, grouped=grouped)
         reader = READER.set(html_reader)
         ends = ENDS.set(feedback.token if feedback is not None and feedback.shared_ends else None)
         try:

@@ -85,6 +85,8 @@ class Job:
     keep: object = None
     """What the caller wants back with the outcome (the report keeps the rendered digest of
     some sent editions); the pool does not look at it."""
+    layout: str | None = None
+    """What the digest showed besides its papers, recorded with them (``editions.layout``)."""
 
 
 RecordFn = Callable[[Outcome, Job, str | None], None]
@@ -529,6 +531,7 @@ class SendPool:
                         status=step.mark,
                         error=step.mark_error,
                         paper_ids=papers,
+                        layout=job.layout if step.mark_papers else None,
                     )
                 )
             return step
@@ -538,7 +541,14 @@ class SendPool:
         # connection's QUIT waits for it (see _hang_up). A kill before that commit leaves this
         # message to be re-sent with its Message-ID: one per open connection at most.
         self._local.unrecorded = self.ledger.post(
-            LedgerOp("mark", claim.id, sub.id, status=EditionStatus.SENT, paper_ids=job.paper_ids)
+            LedgerOp(
+                "mark",
+                claim.id,
+                sub.id,
+                status=EditionStatus.SENT,
+                paper_ids=job.paper_ids,
+                layout=job.layout,
+            )
         )
         return None
 

@@ -1,9 +1,12 @@
 """The archive: a sent edition's digest rebuilt from the ledger, and the papers of a day.
 
 Nothing is stored as HTML: a sent edition is its ledger row, which lists the papers it carried
-(``editions.paper_ids``); re-ranking just those papers gives back the sections and the reasons
-(:func:`sent_digest`). The web app renders what these functions return
-(``/archive/view/…`` and ``/archive/YYYY-MM-DD``); it does not rank.
+(``editions.paper_ids``) and what the mail showed besides them (``editions.layout``: sections,
+order, reasons, the cards' signals; :mod:`newsletter.edition.layout`), so :func:`sent_digest`
+gives back the digest as it was mailed. Ranking the papers again would not: another day's
+signals, topics and votes, and a ranker over just these papers, give another digest (issue
+43); only editions sent before layouts were recorded are ranked again, and say so. The web app
+renders what these functions return (``/archive/view/…`` and ``/archive/YYYY-MM-DD``).
 """
 
 from __future__ import annotations
@@ -13,10 +16,45 @@ from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from newsletter.config import Config
-from newsletter.models import Digest, DigestItem, Paper, TopicSection
+from newsletter.edition.layout import read_layout
+from newsletter.models import Digest, DigestItem, EditionRecord, Paper, Subscriber, TopicSection
 from newsletter.rank.builder import build_ranker
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store.protocol import StoreProtocol
+
+
+@dataclass(frozen=True, slots=True)
+class SentEdition:
+    """A sent edition's digest, to render again, and what the page must say about it."""
+
+    digest: Digest
+    as_mailed: bool
+    """True when the digest is the one mailed (its recorded layout); False when the edition
+    was sent before layouts were recorded and its papers were ranked again (see
+    :func:`sent_digest`)."""
+    grouped: bool
+    """Whether the mail grouped its papers by topic (``digest.group_by_topic`` at the send)."""
+    revised: int = 0
+    """How many of its papers were revised (title, abstract, authors, links) after the send:
+    their cards show the stored, revised text."""
+
+    @property
+    def note(self) -> str | None:
+        """What the page says beside the digest, or ``None`` when it is the mail as it was."""
+        notes = []
+        if not self.as_mailed:
+            notes.append(
+                "This digest was sent before the archive kept digests as they were mailed: "
+                "its papers are all here, ranked again today, so the sections, their order "
+                "and the reasons may differ from the email."
+            )
+        if self.revised:
+            noun = "paper was" if self.revised == 1 else "papers were"
+            notes.append(
+                f"{self.revised} {noun} revised since this digest was mailed; "
+                "the cards show the revised text."
+            )
+        return " ".join(notes) or None
 
 
 def sent_digest(
@@ -26,17 +64,48 @@ def sent_digest(
     edition_date: date,
     *,
     vectors: VectorSource | None = None,
-) -> Digest | None:
-    """The digest a subscriber was sent for ``edition_date``, with every paper it carried, or
-    ``None`` when no such edition was delivered. Ranked as the send ranked it
-    (:func:`~newsletter.rank.builder.build_ranker`, ``vectors`` as there), with the votes the
-    reader had cast by then."""
-    settings = config.settings
+) -> SentEdition | None:
+    """The digest a subscriber was sent for ``edition_date``, or ``None`` when no such edition
+    was delivered.
+
+    As mailed: the sections, order, counts, reasons and cards' signals recorded with the
+    edition (:mod:`newsletter.edition.layout`), the papers' text as stored. An edition sent
+    before layouts were recorded has only its papers: they are ranked again
+    (:func:`ranked_again`) and :attr:`SentEdition.as_mailed` says so.
+    """
     sub = store.subscriber_by_id(subscriber_id)
     record = store.edition_for(subscriber_id, edition_date)
     if sub is None or record is None or not record.status.delivered:
         return None
     papers = store.edition_papers(record.id)
+    # The run loaded its papers before it began this message: a revision after that is newer.
+    revised = sum(1 for p in papers if p.updated > record.claimed)
+    layout = read_layout(store.edition_layout(record.id))
+    stored = {p.id: p for p in papers}
+    # The layout must describe the papers the row lists, in their order (papers are never
+    # deleted, but one missing would only be left out).
+    if layout is not None and [i for i in layout.paper_ids if i in stored] == list(stored):
+        digest = layout.digest(sub, edition_date, stored)
+        return SentEdition(digest, True, layout.grouped, revised)
+    digest = ranked_again(config, store, sub, record, papers, vectors=vectors)
+    return SentEdition(digest, False, config.settings.digest.group_by_topic, revised)
+
+
+def ranked_again(
+    config: Config,
+    store: StoreProtocol,
+    sub: Subscriber,
+    record: EditionRecord,
+    papers: list[Paper],
+    *,
+    vectors: VectorSource | None = None,
+) -> Digest:
+    """An edition's ``papers`` ranked again, as well as can be done without its layout: by
+    :func:`~newsletter.rank.builder.build_ranker` over just these papers (``vectors`` as in
+    the send), with the votes the reader had cast by then, their topics first; a paper no
+    topic takes now goes to "Also in this edition". Sections, order and reasons can differ
+    from the mail's (other signals, other topics, a ranker over other papers)."""
+    settings = config.settings
     sent_at = record.finished or record.claimed
     ranker = build_ranker(config, store, papers, sent_at, vectors=vectors)
     votes = [v for v in store.votes_for([sub.id]).get(sub.id, ()) if v.created_at <= sent_at]
@@ -58,7 +127,7 @@ def sent_digest(
         items = tuple(DigestItem(p, "", 0.0, "in this edition") for p in rest)
         sections.append(TopicSection("more", "Also in this edition", items))
     titles = tuple(settings.topic(t).label for t in sub.topics if t in ranker.topics)
-    return Digest(sub, edition_date, tuple(s for s in sections if s.items), titles)
+    return Digest(sub, record.edition_date, tuple(s for s in sections if s.items), titles)
 
 
 @dataclass(frozen=True, slots=True)

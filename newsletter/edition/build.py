@@ -22,6 +22,7 @@ from newsletter.deliver import (
 from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.message import build_encoded_message
 from newsletter.deliver.wire import WireHtml, WireText
+from newsletter.edition.layout import Layouts
 from newsletter.feedback import VoteLinks
 from newsletter.models import Digest, Paper, Subscriber, Vote
 from newsletter.rank import Ranker
@@ -91,6 +92,9 @@ class EditionBuilder:
         )
         self.shared = SharedMessages()
         """Messages encoded once for the readers of one shape (see :meth:`message`)."""
+        self.layouts = Layouts(grouped=self.settings.digest.group_by_topic)
+        """What each digest showed besides its papers, for its ledger row (the archive's
+        "view in browser" page renders it again: :mod:`newsletter.edition.layout`)."""
 
     def digest(
         self,

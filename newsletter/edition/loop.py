@@ -200,7 +200,8 @@ class Applier:
         else:  # readers of the same shape share one rendering (EditionBuilder.message)
             envelope = self.builder.message(digest, intent.claim.message_id)
         papers = tuple(i.paper.id for i in digest.items)
-        self.sender().submit(Job(intent.claim, sub, envelope, papers, keep))
+        layout = self.builder.layouts.layout(digest)
+        self.sender().submit(Job(intent.claim, sub, envelope, papers, keep, layout))
         if self.progress is not None:
             self.progress(report)
 

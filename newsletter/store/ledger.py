@@ -280,10 +280,12 @@ class LedgerStore(StoreBase):
         error: str | None = None,
         paper_ids: Sequence[int] = (),
         attempts: int | None = None,
+        layout: str | None = None,
     ) -> None:
-        """Record an edition's outcome; a ``sent`` edition records its papers in the same commit."""
+        """Record an edition's outcome; a ``sent`` edition records its papers and its
+        ``layout`` (what the mail showed besides them) in the same commit."""
         with self.engine.begin() as conn:
-            self._mark(conn, edition_id, status, now, error, paper_ids, attempts)
+            self._mark(conn, edition_id, status, now, error, paper_ids, attempts, layout)
 
     def _mark(
         self,
@@ -294,8 +296,10 @@ class LedgerStore(StoreBase):
         error: str | None = None,
         paper_ids: Sequence[int] = (),
         attempts: int | None = None,
+        layout: str | None = None,
     ) -> None:
         if status in _FINAL:
+            delivered = status in _DELIVERED
             conn.execute(
                 _MARK_FINAL,
                 {
@@ -304,7 +308,8 @@ class LedgerStore(StoreBase):
                     "b_error": error,
                     "b_finished": now,
                     "b_items": len(paper_ids) if paper_ids else None,
-                    "b_papers": paper_list(paper_ids) if status in _DELIVERED else None,
+                    "b_papers": paper_list(paper_ids) if delivered else None,
+                    "b_layout": layout if delivered else None,
                 },
             )
             return
@@ -435,6 +440,7 @@ class LedgerStore(StoreBase):
                         now,
                         op.error,
                         op.paper_ids,
+                        layout=op.layout,
                     )
                     out.append(None)
                 elif op.kind == "release":
@@ -537,6 +543,7 @@ class LedgerStore(StoreBase):
                         finished,
                         len(op.paper_ids) or None,
                         paper_list(op.paper_ids),
+                        op.layout,
                         op.edition_id,
                     )
                     for op in ops

@@ -3,7 +3,9 @@ updates and the driver-level SQL the fast paths run on SQLite (sqlite3) and Post
 (psycopg), plus the status sets the ledger checks transitions against.
 
 A delivered edition's papers go into its own row (``editions.paper_ids``, see
-:func:`~newsletter.store.tables.paper_list`). The begin and the sent mark are written more than once on purpose: as SQLAlchemy statements
+:func:`~newsletter.store.tables.paper_list`), and with them what the mail showed besides them
+(``editions.layout``, :mod:`newsletter.edition.layout`), in the same statement. The begin and
+the sent mark are written more than once on purpose: as SQLAlchemy statements
 (``begin_send``, ``mark_edition``, and the fallbacks), per row for sqlite3 (an in-process
 database: ``executemany`` of a tiny UPDATE is its cheapest form, and SQLite has no arrays) and
 as one array statement for psycopg (one round trip per group commit). One SQL text for both
@@ -100,9 +102,9 @@ _PG_LEDGER_AT_ONCE_SQL = (
     # editions: a sender's begin returns before it can post that edition's mark)
     "WITH marked AS (UPDATE editions AS e SET status = %(sent)s, "
     "last_error = NULL, finished = %(now)s, item_count = coalesce(v.n, e.item_count), "
-    "paper_ids = coalesce(v.p, e.paper_ids) "
+    "paper_ids = coalesce(v.p, e.paper_ids), layout = coalesce(v.l, e.layout) "
     "FROM unnest(CAST(%(ids)s AS integer[]), CAST(%(counts)s AS integer[]), "
-    "CAST(%(papers)s AS text[])) AS v(id, n, p) "
+    "CAST(%(papers)s AS text[]), CAST(%(layouts)s AS text[])) AS v(id, n, p, l) "
     "WHERE e.id = v.id) "
     "UPDATE editions SET status = %(sending)s, attempts = attempts + 1, claimed = %(now)s "
     "WHERE id = ANY(CAST(%(bids)s AS integer[])) AND owner = %(owner)s "
@@ -118,12 +120,13 @@ _PG_LEDGER_AT_ONCE_SQL = (
 def _pg_ledger(
     conn: Connection, marks: Sequence[LedgerOp], begins: Sequence[LedgerOp], now: datetime
 ) -> set[int]:
-    """Sent marks (with their papers) and begins of one owner in one statement; returns the
-    editions whose begin applied."""
+    """Sent marks (with their papers and layouts) and begins of one owner in one statement;
+    returns the editions whose begin applied."""
     params = {
         "ids": pg_array([op.edition_id for op in marks]),
         "counts": pg_array([len(op.paper_ids) or None for op in marks]),
         "papers": pg_array([paper_list(op.paper_ids) for op in marks]),
+        "layouts": pg_array([op.layout for op in marks]),
         "now": _naive(now),
         "sent": EditionStatus.SENT.value,
         "bids": pg_array([op.edition_id for op in begins]),
@@ -161,7 +164,8 @@ _SQLITE_BEGIN_ARGS = {
 
 _SQLITE_MARK_SENT_SQL = (
     "UPDATE editions SET status = ?, last_error = NULL, finished = ?, "
-    "item_count = coalesce(?, item_count), paper_ids = coalesce(?, paper_ids) WHERE id = ?"
+    "item_count = coalesce(?, item_count), paper_ids = coalesce(?, paper_ids), "
+    "layout = coalesce(?, layout) WHERE id = ?"
 )
 
 
@@ -247,5 +251,6 @@ _MARK_FINAL = (
         finished=bindparam("b_finished", type_=_e.c.finished.type),
         item_count=func.coalesce(bindparam("b_items", type_=Integer), _e.c.item_count),
         paper_ids=func.coalesce(bindparam("b_papers", type_=Text), _e.c.paper_ids),
+        layout=func.coalesce(bindparam("b_layout", type_=Text), _e.c.layout),
     )
 )

@@ -53,6 +53,7 @@ class _Edition:
     last_error: str | None = None
     forced: bool = False
     paper_ids: str | None = None
+    layout: str | None = None
 
 
 class _Session:
@@ -256,10 +257,12 @@ class MemoryLedger:
         error: str | None = None,
         paper_ids: Sequence[int] = (),
         attempts: int | None = None,
+        layout: str | None = None,
     ) -> None:
-        """Record an edition's outcome; a ``sent`` edition records its papers with it."""
+        """Record an edition's outcome; a ``sent`` edition records its papers and its layout
+        with it."""
         with self._atomic():
-            self._mark(edition_id, status, now, error, paper_ids, attempts)
+            self._mark(edition_id, status, now, error, paper_ids, attempts, layout)
 
     def _mark(
         self,
@@ -269,6 +272,7 @@ class MemoryLedger:
         error: str | None,
         paper_ids: Sequence[int],
         attempts: int | None = None,
+        layout: str | None = None,
     ) -> None:
         row = self._editions.get(edition_id)
         if row is None:
@@ -277,7 +281,9 @@ class MemoryLedger:
             return
         items = len(paper_ids) if paper_ids else row.item_count
         if status in _FINAL:
-            papers = paper_list(paper_ids) if status in _DELIVERED else None
+            delivered = status in _DELIVERED
+            papers = paper_list(paper_ids) if delivered else None
+            laid = layout if delivered else None
             self._put(
                 replace(
                     row,
@@ -286,6 +292,7 @@ class MemoryLedger:
                     finished=now,
                     item_count=items,
                     paper_ids=row.paper_ids if papers is None else papers,
+                    layout=row.layout if laid is None else laid,
                 )
             )
             return
@@ -345,7 +352,9 @@ class MemoryLedger:
                     out.append(self._begin(op.edition_id, op.subscriber_id, op.owner, now))
                 elif op.kind == "mark":
                     assert op.status is not None
-                    self._mark(op.edition_id, op.status, now, op.error, op.paper_ids)
+                    self._mark(
+                        op.edition_id, op.status, now, op.error, op.paper_ids, layout=op.layout
+                    )
                     out.append(None)
                 elif op.kind == "release":
                     self._release(op.edition_id, op.error)

@@ -458,6 +458,15 @@ class PaperStore(StoreBase):
             sources = self._sources_for(conn, list(rows))
             return [_paper(rows[i], sources.get(i, ())) for i in ids if i in rows]
 
+    def edition_layout(self, edition_id: int) -> str | None:
+        """What a sent edition showed besides its papers (``editions.layout``), or ``None``
+        (not sent, or sent before layouts were recorded)."""
+        with self.engine.connect() as conn:
+            found: str | None = conn.execute(
+                select(t.editions.c.layout).where(t.editions.c.id == edition_id)
+            ).scalar_one_or_none()
+            return found
+
     def papers_first_seen_between(self, start: datetime, end: datetime) -> list[Paper]:
         """Announced papers first seen in ``[start, end)``, oldest first."""
         with self.engine.connect() as conn:

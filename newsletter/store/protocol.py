@@ -121,6 +121,11 @@ class Papers(PaperReads, Protocol):
         """The papers a sent edition carried, in digest order, with their sources."""
         ...
 
+    def edition_layout(self, edition_id: int) -> str | None:
+        """What a sent edition showed besides its papers (``editions.layout``), or ``None``
+        (not sent, or sent before layouts were recorded)."""
+        ...
+
     def papers_first_seen_between(self, start: datetime, end: datetime) -> list[Paper]:
         """Announced papers first seen in ``[start, end)``, oldest first."""
         ...
@@ -353,8 +358,10 @@ class Ledger(Protocol):
         error: str | None = None,
         paper_ids: Sequence[int] = (),
         attempts: int | None = None,
+        layout: str | None = None,
     ) -> None:
-        """Record an edition's outcome; a ``sent`` edition records its papers in the same commit."""
+        """Record an edition's outcome; a ``sent`` edition records its papers and its
+        ``layout`` (what the mail showed besides them) in the same commit."""
         ...
 
     def release_edition(self, edition_id: int, *, error: str | None = None) -> None:

@@ -195,6 +195,10 @@ editions = Table(
     # reader never gets a paper twice, and the archive shows the digest again. One row per
     # digest, where a ``sent_papers`` row per paper cost the database most of its work.
     Column("paper_ids", Text),
+    # What the mail showed besides its papers, written with them (migration 0015): sections,
+    # reasons, the cards' signals, as short JSON (newsletter/edition/layout.py). "View in
+    # browser" renders it again; re-ranking the papers later gave another digest (issue 43).
+    Column("layout", Text),
     UniqueConstraint("subscriber_id", "edition_date", name="uq_editions_subscriber_date"),
 )
 Index("ix_editions_date_status", editions.c.edition_date, editions.c.status)

@@ -8,7 +8,8 @@ writes (``begin_send``, ``mark_edition``, ``release_edition``…), the group com
 SQLite, one psycopg statement on PostgreSQL) and the sender's ledger session (on PostgreSQL the
 autocommit one-statement group commit, whose taking the ops is asserted on its own). Each
 variant starts from the same row (a subscriber of its own) and must leave the same row: same
-status, attempts, owner, times, error, item count and the papers it carried. A last test runs
+status, attempts, owner, times, error, item count, the papers it carried and what the mail
+showed besides them (its layout). A last test runs
 one script of transitions on every backend and compares what they hold.
 
 Two tests are SQL-only, and say so: that the fast variants really bypass SQLAlchemy (a memory
@@ -57,6 +58,8 @@ FINAL = {
     EditionStatus.RESEND_REFUSED,
 }
 DELIVERED = {EditionStatus.SENT, EditionStatus.RESEND_REFUSED}
+LAYOUT = '{"v":1,"t":["Q\\"uoted \\\\ topic"],"s":[["t","T",[[1,"title: *x* · 2 upvotes",2]]]]}'
+"""A layout with a quote and a backslash: PostgreSQL's one statement passes it in an array."""
 
 Backend = Store | MemoryStore
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"]
@@ -259,6 +262,7 @@ def test_claims_insert_new_rows_in_the_order_given(ledger: Ledger) -> None:
             "last_error": None,
             "forced": False,
             "paper_ids": None,
+            "layout": None,
         }
     # claimed already: nobody else gets them while the lease runs
     assert store.claim_editions(wanted, LATER, owner="other") == [None] * 4
@@ -331,7 +335,9 @@ def test_force_edition_reopens_a_sent_edition_with_its_papers(ledger: Ledger) ->
     fresh, papers = store.force_edition(sid, DAY, "<forced@x>", NOW, owner=OWNER)
     assert papers == [] and not fresh.resumed
     assert ledger.row(fresh.id, sid)["edition"]["forced"] is True  # type: ignore[index]
-    store.mark_edition(fresh.id, EditionStatus.SENT, NOW, paper_ids=ledger.papers[:3])
+    store.mark_edition(
+        fresh.id, EditionStatus.SENT, NOW, paper_ids=ledger.papers[:3], layout=LAYOUT
+    )
     again, papers = store.force_edition(sid, DAY, "<again@x>", LATER, owner="run-2")
     assert again.id == fresh.id and sorted(papers) == list(ledger.papers[:3])
     row = ledger.row(again.id, sid)
@@ -347,6 +353,7 @@ def test_force_edition_reopens_a_sent_edition_with_its_papers(ledger: Ledger) ->
         "last_error": None,
         "forced": True,
         "paper_ids": f"{ledger.papers[0]},{ledger.papers[1]},{ledger.papers[2]}",  # delivered
+        "layout": LAYOUT,  # the mail it describes, until the next one's sent mark replaces it
     }
 
 
@@ -397,14 +404,19 @@ def test_begin_leaves_the_same_row_every_way(ledger: Ledger, case: str) -> None:
 
 
 def _mark_variants(
-    store: Backend, status: EditionStatus, error: str | None, papers: tuple[int, ...]
+    store: Backend,
+    status: EditionStatus,
+    error: str | None,
+    papers: tuple[int, ...],
+    layout: str | None = LAYOUT,
 ) -> dict[str, Variant]:
     def mark_edition(s: Backend, c: EditionClaim) -> Any:
-        return s.mark_edition(c.id, status, LATER, error=error, paper_ids=papers)
+        return s.mark_edition(c.id, status, LATER, error=error, paper_ids=papers, layout=layout)
 
     def ops(c: EditionClaim, subscriber: bool = True) -> list[LedgerOp]:
         sid = c.subscriber_id if subscriber else 0
-        return [LedgerOp("mark", c.id, sid, status=status, error=error, paper_ids=papers)]
+        op = LedgerOp("mark", c.id, sid, status=status, error=error, paper_ids=papers)
+        return [replace(op, layout=layout)]
 
     def op_unknown(s: Backend, c: EditionClaim) -> Any:
         return s.apply_ledger(ops(c, subscriber=False), LATER)[0]
@@ -433,6 +445,7 @@ def test_mark_leaves_the_same_row_every_way(
     assert edition["attempts"] == (2 if status is EditionStatus.SENDING else 1)
     assert edition["item_count"] == 4
     assert row["papers"] == (list(papers) if status in DELIVERED else [])
+    assert edition["layout"] == (LAYOUT if status in DELIVERED else None)
 
 
 def test_a_sent_mark_twice_is_the_same_row(ledger: Ledger) -> None:
@@ -456,8 +469,10 @@ def test_mark_without_papers_keeps_the_item_count(ledger: Ledger) -> None:
         ledger.set(claim.id, item_count=7)
         return claim
 
-    _, row = _same_rows(ledger, _mark_variants(ledger.store, EditionStatus.SENT, None, ()), setup)
+    variants = _mark_variants(ledger.store, EditionStatus.SENT, None, (), None)
+    _, row = _same_rows(ledger, variants, setup)
     assert row["edition"]["item_count"] == 7 and row["papers"] == []
+    assert row["edition"]["layout"] is None
 
 
 # ---------------------------------------------------------------------------- release, failures
@@ -519,8 +534,17 @@ def test_a_group_commit_leaves_what_each_op_alone_leaves(ledger: Ledger) -> None
         ops = [
             *(LedgerOp("begin", c.id, c.subscriber_id, owner=OWNER) for c in begin),
             *(
-                LedgerOp("mark", c.id, c.subscriber_id, status=EditionStatus.SENT, paper_ids=p)
-                for c, p in zip(sent, (ledger.papers, ledger.papers[:1], ()), strict=True)
+                LedgerOp(
+                    "mark",
+                    c.id,
+                    c.subscriber_id,
+                    status=EditionStatus.SENT,
+                    paper_ids=p,
+                    layout=lay,
+                )
+                for c, p, lay in zip(
+                    sent, (ledger.papers, ledger.papers[:1], ()), (LAYOUT, None, None), strict=True
+                )
             ),
             LedgerOp("mark", failed.id, failed.subscriber_id, status=EditionStatus.FAILED),
             LedgerOp("release", released.id, released.subscriber_id, error="stop"),
@@ -698,7 +722,7 @@ def _script(store: Backend) -> list[Any]:
         )
     )
     marks = [
-        LedgerOp("mark", claims[0].id, claims[0].subscriber_id, status=EditionStatus.SENT, paper_ids=ledger.papers),
+        LedgerOp("mark", claims[0].id, claims[0].subscriber_id, status=EditionStatus.SENT, paper_ids=ledger.papers, layout=LAYOUT),
         LedgerOp("mark", claims[1].id, claims[1].subscriber_id, status=EditionStatus.UNKNOWN, error="lost line"),
         LedgerOp("mark", claims[2].id, 0, status=EditionStatus.DEFERRED, error="451"),
         LedgerOp("release", claims[3].id, claims[3].subscriber_id),
@@ -706,7 +730,11 @@ def _script(store: Backend) -> list[Any]:
     ]  # fmt: skip
     out.append(store.apply_ledger(marks, LATER))
     store.mark_edition(
-        claims[5].id, EditionStatus.RESEND_REFUSED, LATER, paper_ids=ledger.papers[:2]
+        claims[5].id,
+        EditionStatus.RESEND_REFUSED,
+        LATER,
+        paper_ids=ledger.papers[:2],
+        layout=LAYOUT,
     )
     out.append(
         [
