@@ -10,7 +10,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 help:
 	@echo "make demo    - build .venv, install, run one full edition on the bundled demo (SQLite, snapshot feeds, local SMTP sink)"
 	@echo "make test    - build .venv with dev extras, run ruff, mypy and pytest"
-	@echo "make test-fast - ruff and the tests not marked slow (under two minutes)"
+	@echo "make test-fast - ruff and the tests not marked slow (about a minute and a half)"
 	@echo "make bench   - run the benchmarks under bench/ and update docs/benchmarks.md"
 	@echo "make templates - inline templates/digest.html again into digest.inlined.html (after editing it)"
 	@echo "make clean   - remove .venv and var/"
@@ -40,11 +40,16 @@ demo: $(STAMP_RUN)
 system-deps:
 	@bash .ci/system-deps
 
+# pytest-xdist workers: twice the cores, since half the suite waits on subprocesses, servers and
+# relays (bench/bench_install.py measures it against one process). TEST_JOBS=0 runs one process.
+TEST_JOBS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
+PYTEST := $(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
+
 test: $(STAMP_DEV) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(PYTEST)
 
 # While developing: the tests not marked `slow` (subprocesses, real Chromium, fault and kill
 # suites); `make test`, which CI runs, runs them all. `long` stays out as in pytest's addopts
@@ -52,7 +57,7 @@ test: $(STAMP_DEV) system-deps
 test-fast: $(STAMP_DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -m "not slow and not long"
+	$(PYTEST) -m "not slow and not long"
 
 bench: $(STAMP_DEV)
 	$(BIN)/python -m bench

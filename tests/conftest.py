@@ -116,7 +116,8 @@ def _encode_each_text_once_per_process(
     does not depend on its batch or on the texts beside it (tests/semantic/test_model.py holds
     that), so the vector computed by the real model the first time is the one every later test
     would compute. In-process only (a command run as a subprocess loads the model itself); the
-    encoder's own tests (``_OWN_ENCODER``) are left alone."""
+    encoder's own tests (``_OWN_ENCODER``) are left alone, and so are the tests of a send that
+    embeds in a child process."""
     where = request.path.as_posix()
     if any(part in where for part in _OWN_ENCODER):
         return
@@ -147,6 +148,9 @@ def _encode_each_text_once_per_process(
 
     monkeypatch.setattr(model.Embedder, "embed", embed)
     monkeypatch.setattr(vectors, "Embedder", encoder)
+    # A send that finds papers without vectors embeds them in a child process (which loads the
+    # model, 2 s a test); tests/semantic/test_vectors.py holds that. Here: in this process.
+    monkeypatch.setattr(vectors.VectorSource, "_embed_in_child", lambda *_: False)
 
 
 # ---------------------------------------------------------------------------- SMTP

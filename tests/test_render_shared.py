@@ -45,12 +45,15 @@ def digests(sid: int, email: str, name: str) -> list[Digest]:
 @pytest.mark.parametrize("group", [True, False])
 def test_a_shared_rendering_is_what_each_reader_gets_alone(kind: str, group: bool) -> None:
     shared = Renderer(D.settings(group_by_topic=group))
+    own: dict[tuple[int, int], RenderedDigest] = {}  # each digest alone: the same both rounds
     for _ in range(2):  # the second round is served from the shared sections
         for sid, email, name in READERS:
-            for digest in digests(sid, email, name):
+            for i, digest in enumerate(digests(sid, email, name)):
                 links = links_for(sid, kind)
-                mine, own = shared.render(digest, links), alone(shared, digest, links)
-                assert mine == own, (kind, sid, digest.sections[:1])
+                mine = shared.render(digest, links)
+                if (sid, i) not in own:
+                    own[sid, i] = alone(shared, digest, links)
+                assert mine == own[sid, i], (kind, sid, digest.sections[:1])
                 assert HOLE_MARK not in mine.html + mine.text
     # One rendering per section, not per reader: four readers, the same sections each.
     sections = {s for sid, e, n in READERS[:1] for d in digests(sid, e, n) for s in d.sections}
