@@ -22,9 +22,9 @@ def test_the_committed_page_is_what_the_builder_makes(
     head = built.split("\n## ", 1)[0]
     assert "| benchmark | target | latest | pass | measured (date, machine) | command |" in head
     assert "see below" not in head  # every section has its rows
-    # one screenful per benchmark at most: eleven sections and their table (the relay pace,
-    # issue 41, brought it past 400)
-    assert len(built.splitlines()) < 450
+    # one screenful per benchmark at most: twelve sections and their table (the relay pace,
+    # issue 41, brought it past 400; the install and the suite's time, issue 43, to 455)
+    assert len(built.splitlines()) < 500
 
 
 def test_a_new_section_adds_its_rows_to_the_table(
