@@ -170,6 +170,8 @@ def main(quick: bool) -> str:
         summary("`make test-fast`'s pytest (≤ 90 s)", f"{fast_s:.0f} s", fast_s <= 90),
     ]
     if met_full is not None:
-        lines.append(summary("`make test`'s pytest (≤ 8 min)", f"{full_s / 60:.1f} min", met_full))
+        lines.append(
+            summary("`make test`, ruff to pytest (≤ 8 min)", f"{full_s / 60:.1f} min", met_full)
+        )
     lines.append(f"\nLoad average at the end: {os.getloadavg()[0]:.1f}.")
     return "\n".join(lines) + "\n"
