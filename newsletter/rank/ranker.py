@@ -27,10 +27,14 @@ from newsletter.rank.index import Documents, PaperIndex
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
 from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
 from newsletter.rank.score import (
+    DEFAULT_FUSION,
     RELATIVE_CUT,
+    Fused,
+    Fusion,
     as_dense,
     filter_masks,
-    fuse,
+    fuse_all,
+    meaning_parts,
     reader_scores,
     score_all,
 )
@@ -106,6 +110,7 @@ class Ranker:
         *,
         examples: Sequence[Paper] = (),
         semantic: Semantic | None = None,
+        fusion: Fusion = DEFAULT_FUSION,
     ) -> None:
         """``examples``: papers that topics' ``like:`` lists and readers' votes name (they may
         be older than the run's papers); only they can shape a profile. ``semantic``: the
@@ -136,6 +141,9 @@ class Ranker:
         """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
         self._admitted: dict[str, npt.NDArray[np.bool_]] = {}
         """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
+        self.fusion = fusion
+        self._fused: Fused | None = None
+        """Semantic ranking: the keyword and meaning parts of every topic's relevance."""
         if semantic is not None and self.index.n_papers and len(topics):
             vectors = {p.key: semantic.papers[j] for j, p in enumerate(self.index.papers)}
             vectors.update(semantic.examples)
@@ -146,6 +154,8 @@ class Ranker:
                 vectors,
                 {p.key: p.title for p in (*examples, *self.index.papers)},
                 semantic.keywords,
+                query=fusion.query,
+                own=[bool(getattr(t, "own", False)) for t in topics],
             )
         if likes or examples:
             self.space = ProfileSpace(
@@ -153,26 +163,27 @@ class Ranker:
             )
         self._scale: dict[str, float] = {}
         self._liked: dict[str, FloatArray] = {}
+        best_row = relevance.max(axis=1) if self.index.n_papers else np.zeros(len(topics))
         for i, topic in enumerate(topics):
-            best = float(relevance[i].max()) if self.index.n_papers else 0.0
+            best = float(best_row[i])
             # A profile's cosine (0..1) is worth up to the day's best keyword match.
             self._scale[topic.name] = best if best > 0 else 1.0
-            if self.meaning is not None:
-                relevance[i], self._meant[topic.name], self._admitted[topic.name] = fuse(
-                    relevance[i],
-                    self._passes[i],
-                    self.meaning,
-                    i,
-                    self._scale[topic.name],
-                    topic.min_score,
+        if self.meaning is not None:
+            floors = np.array([t.min_score for t in topics], dtype=np.float64)
+            self._fused = fuse_all(relevance, self._passes, self.meaning, floors, fusion)
+            relevance = self._fused.relevance
+            for i, topic in enumerate(topics):
+                self._meant[topic.name] = self._fused.meant[i]
+                self._admitted[topic.name] = self._fused.admitted[i]
+        else:
+            for i, topic in enumerate(topics):
+                found = (
+                    self.space.rocchio(likes[topic.name], ())
+                    if self.space is not None and topic.name in likes
+                    else None
                 )
-                continue
-            found = (
-                self.space.rocchio(likes[topic.name], ())
-                if self.space is not None and topic.name in likes
-                else None
-            )
-            if found is not None:
+                if found is None:
+                    continue
                 liked = found[0]  # only "more" papers: the whole cosine is likeness
                 part = self._scale[topic.name] * liked * self._passes[i]
                 relevance[i] += part
@@ -288,32 +299,35 @@ class Ranker:
     def _reader_meaning(
         self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
     ) -> Iterator[DigestItem]:
-        """:meth:`reader_items` with semantic ranking: what meaning adds for the topic, plus
-        the paper's likeness to the reader's votes in both spaces (their Rocchio profile over
-        the vectors, :meth:`MeaningSpace.reader`, and over tf-idf, :class:`ProfileSpace`), all
-        in units of the topic's best keyword match; a paper strongly like the votes is shown
-        even without a keyword match."""
-        assert self.meaning is not None
+        """:meth:`reader_items` with semantic ranking: the reader's votes move the topic's
+        query in the same space (Rocchio, :meth:`MeaningSpace.reader_query`), and the papers
+        are fused again with that query: papers like the ones voted up rise, papers like the
+        ones voted down sink, and a paper strongly like the votes may come in on meaning."""
+        assert self.meaning is not None and self._fused is not None
         i = self._order[topic_name]
-        ev = self.meaning.reader(more, less)
-        if ev is None:
+        q = self.meaning.reader_query(i, more, less)
+        if q is None:
             yield from self._pool_order[topic_name]
             return
-        shared = self.meaning.topic(i)
         topic = self.topics[topic_name]
-        lexical = self._lexical[i] * self._passes[i]
-        admitted = self._admitted[topic_name] | (self._passes[i] & ev.strong)
-        words = self.space.rocchio(more, less) if self.space is not None else None
-        profile = np.maximum(words[0], 0.0) if words is not None else 0.0
-        part = self._scale[topic_name] * (shared.part + ev.part + profile) * admitted
-        score = reader_scores((lexical + part) * admitted, topic.min_score, self.index.boost)
+        similarity = (self.meaning.papers @ q)[None, :]
+        passes = self._passes[i][None, :]
+        matched = (self._lexical[i] * self._passes[i] > 0)[None, :]
+        share, admitted = meaning_parts(similarity, passes, matched, self.fusion)
+        admitted |= self._fused.admitted[i]  # the topic's candidates stay candidates
+        scale = self._scale[topic_name]
+        a = self.fusion.alpha
+        words = a * self._lexical[i] * self._passes[i]
+        meant = (1.0 - a) * share[0] * scale
+        rel = (words + meant) * admitted[0]
+        score = reader_scores(rel, topic.min_score, self.index.boost)
         if score is None:
             return
         papers_t = self.index.papers
-        voted = self._scale[topic_name] * (ev.part + profile) * admitted  # the votes' share
+        gained = meant - self._fused.meant[i]  # what the votes moved
         for j in self._best_first(score):
             reason = self.explainer.cached_reason(topic_name, j)
-            if more and voted[j] > 0 and voted[j] >= lexical[j]:
+            if more and gained[j] > 0 and gained[j] >= words[j]:
                 key = self.meaning.closest(more, j)
                 if key is not None:
                     reason = with_like(self.meaning.labels.get(key, key), reason)

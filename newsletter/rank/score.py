@@ -32,6 +32,7 @@ How a paper scores for a row (``docs/topics.md`` says the same for operators):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ import scipy.sparse as sp
 
 from newsletter.rank.index import PaperIndex
 from newsletter.rank.rules import Queries
-from newsletter.semantic.space import MeaningSpace
+from newsletter.semantic.space import MIN_PAPERS, STRONG_Z, MeaningSpace
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -155,40 +156,127 @@ def filter_masks(q: Queries, index: PaperIndex) -> BoolArray:
     return ok
 
 
-def fuse(
+@dataclass(frozen=True)
+class Fusion:
+    """How keyword relevance and meaning make one score (semantic ranking, :func:`fuse_all`).
+
+    The defaults were chosen by cross-validation over the judged sets (tune on all sets but
+    one, report on the one left out: ``python -m tests.rank.relevance.fusion``), never on one
+    set alone; ``docs/design.md`` records the choice."""
+
+    alpha: float = 0.1
+    """Weight of the keyword part; meaning gets ``1 − alpha`` (Bruch et al. 2023's convex
+    combination of normalized scores)."""
+    query: str = "keywords"
+    """What a topic's query vector is made of (:class:`~newsletter.semantic.space.MeaningSpace`)."""
+    dense_k: int = 30
+    """Each topic's candidates: every keyword match, and its ``dense_k`` papers most similar in
+    meaning (those ``strong_z`` robust deviations above the day, see below)."""
+    strong_z: float = STRONG_Z
+    """A paper without a keyword match is a candidate only this many robust deviations above
+    the day's median similarity (:func:`~newsletter.semantic.space.evidence`)."""
+    feedback_docs: int = 5
+    """Pseudo-relevance feedback: the query moves towards the mean of the topic's first this
+    many papers, then everything is scored again (0: off)."""
+    feedback_beta: float = 0.5
+    """How far the query moves (Rocchio's β for pseudo-relevance feedback)."""
+
+
+DEFAULT_FUSION = Fusion()
+
+_MEDIAN_SAMPLE = 1024
+"""Above this many papers the day's median similarity per topic is taken over an even sample
+of them (a median of 1,024 values is within a hundredth of the whole day's)."""
+
+
+@dataclass
+class Fused:
+    """What :func:`fuse_all` gives the ranker: rows × papers."""
+
+    relevance: FloatArray
+    """The fused relevance, in units of each topic's best keyword relevance today."""
+    words: FloatArray
+    """The keyword part of it (``alpha`` × keyword relevance)."""
+    meant: FloatArray
+    """The meaning part of it."""
+    admitted: BoolArray
+    """The candidates: keyword matches and strong matches on meaning (each passing filters)."""
+    share: FloatArray
+    """Per paper, the similarity's share of the way from the day's median to 1 (0..1)."""
+
+
+def day_median(similarity: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    """Each row's median (over an even sample on a big day), as a column."""
+    n = similarity.shape[1]
+    sample = similarity if n <= _MEDIAN_SAMPLE else similarity[:, :: -(-n // _MEDIAN_SAMPLE)]
+    return np.median(sample, axis=1, keepdims=True).astype(np.float64)
+
+
+def meaning_parts(
+    similarity: npt.NDArray[np.float32], passes: BoolArray, matched: BoolArray, fusion: Fusion
+) -> tuple[FloatArray, BoolArray]:
+    """(share, admitted) for rows of similarities: the share of the way from the day's median
+    to 1, and the candidates (``matched`` keyword matches, plus the ``dense_k`` most similar
+    papers that are ``strong_z`` robust deviations above the day's median), within ``passes``."""
+    s = similarity.astype(np.float64)
+    n = s.shape[1]
+    median = day_median(similarity)
+    spread = 1.4826 * day_median(np.abs(s - median).astype(np.float32))
+    share = np.clip((s - median) / np.maximum(1.0 - median, 1e-6), 0.0, 1.0)
+    admitted = matched & passes
+    if n >= MIN_PAPERS and fusion.dense_k > 0:
+        strong = (s - median) >= fusion.strong_z * np.maximum(spread, 1e-9)
+        strong &= spread > 1e-9
+        masked = np.where(passes, s, -np.inf)
+        k = min(fusion.dense_k, n)
+        kth = -np.partition(-masked, k - 1, axis=1)[:, k - 1 : k]
+        admitted |= passes & strong & (masked >= kth)
+    return share, admitted
+
+
+def fuse_all(
     relevance: FloatArray,
     passes: BoolArray,
     meaning: MeaningSpace,
-    i: int,
-    scale: float,
-    min_score: float,
-) -> tuple[FloatArray, FloatArray, BoolArray]:
-    """Semantic ranking: topic ``i``'s keyword ``relevance`` (one row) plus what meaning adds,
-    for the papers that match a keyword or are strong matches on meaning alone
-    (:mod:`newsletter.semantic.space`); ``passes``: the topic's filters (:func:`filter_masks`).
-    Returns (the fused relevance, what meaning adds, the papers admitted).
+    min_scores: FloatArray,
+    fusion: Fusion = DEFAULT_FUSION,
+) -> Fused:
+    """Semantic ranking for every row at once: keyword ``relevance`` (rows × papers) fused
+    with the similarity of the papers' and topics' vectors.
 
-    What meaning adds is the paper's similarity's share of the way from the day's median
-    to 1, times ``scale`` (the topic's best keyword relevance today): a convex combination
-    (α = ½) of the two scores each normalised by its theoretical maximum (Bruch et al., "An
-    analysis of fusion functions for hybrid retrieval", 2023), in the units the relative cut,
-    ``min_score`` and trending already use.
-
-    A paper without a keyword match is shown only when its similarity is an outlier of the
-    day (:func:`~newsletter.semantic.space.evidence`) and at least that of the topic's
-    typical keyword match today (the median over them), or without any, of its typical
-    ``like:`` paper: "as close in meaning as what the keywords or examples found". A day
-    without either admits nothing on meaning alone, so a quiet topic stays quiet.
+    Candidates come from both retrievers: every keyword match, and the papers a topic's
+    query finds strongly similar in meaning (:func:`meaning_parts`). Each candidate scores a
+    convex combination of the two scores, each normalized by its maximum (Bruch, Gai & Ingber
+    2023, *An analysis of fusion functions for hybrid retrieval*): ``alpha`` × its keyword
+    relevance over the topic's best today, plus ``1 − alpha`` × its similarity's share of the
+    way from the day's median to 1. Then, when ``feedback_docs``, the query moves towards its
+    first papers (pseudo-relevance feedback) and the scores are made again. The result is
+    multiplied by the topic's best keyword relevance today (1 without any), the units that
+    ``min_score``, the relative cut and trending already use.
     """
-    ev = meaning.topic(i)
-    matched = (relevance > 0) & passes
-    known = ev.similarity[matched] if matched.any() else meaning.like_similarity(i)
-    floor = float(np.median(known)) if len(known) else np.inf
-    admitted = matched | (passes & ev.strong & (ev.similarity >= floor))
-    part = scale * ev.part * admitted
-    fused = (relevance + part) * admitted
-    fused *= fused >= min_score - 1e-9
-    return fused, part, admitted
+    matched = relevance > 0
+    best = relevance.max(axis=1, keepdims=True) if relevance.size else relevance[:, :1]
+    scale = np.where(best > 0, best, 1.0)
+    lexical = relevance / scale
+    a = fusion.alpha
+    rounds = 2 if fusion.feedback_docs > 0 else 1
+    for round_ in range(rounds):
+        share, admitted = meaning_parts(meaning.similarity, passes, matched, fusion)
+        fused = (a * lexical + (1.0 - a) * share) * admitted
+        if round_ + 1 < rounds:
+            m = min(fusion.feedback_docs, fused.shape[1])
+            top = np.argsort(-fused, axis=1, kind="stable")[:, :m]
+            top = np.where(np.take_along_axis(fused, top, axis=1) > 0, top, -1)
+            meaning.feedback(top, fusion.feedback_beta)
+    keep = (fused * scale) >= min_scores[:, None] - 1e-9
+    admitted &= keep
+    return Fused(
+        relevance=fused * scale * keep,
+        words=a * relevance * admitted,
+        meant=(1.0 - a) * share * scale * admitted,
+        admitted=admitted,
+        share=share,
+    )
 
 
 def reader_scores(rel: FloatArray, min_score: float, boost: FloatArray) -> FloatArray | None:

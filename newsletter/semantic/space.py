@@ -85,22 +85,41 @@ class MeaningSpace:
         examples: Mapping[str, FloatArray],
         labels: Mapping[str, str],
         keywords: Sequence[Mapping[str, FloatArray]] = (),
+        *,
+        query: str = "keywords",
+        own: Sequence[bool] = (),
     ) -> None:
         """``likes[i]``: topic ``i``'s ``like:`` keys; ``examples``: vectors of example papers
         by key (the run's own papers among them when liked or voted on); ``labels``: titles of
-        examples; ``keywords[i]``: topic ``i``'s keyword entries' vectors by label."""
+        examples; ``keywords[i]``: topic ``i``'s keyword entries' vectors by label.
+
+        ``query``: what a topic's query vector starts from (before its ``like:`` papers):
+        ``"keywords"``, the centroid of its keyword entries' vectors (a topic without any, or a
+        reader's own topic, uses its whole text's vector), or ``"text"``, the vector of its
+        title and keywords written as one text (:func:`~newsletter.semantic.vectors.topic_text`).
+        ``own[i]``: topic ``i`` is a reader's own, written as a sentence: its text's vector is
+        its query whatever ``query`` says (its "keywords" are the sentence's words).
+        """
         self.papers = papers
         self.examples = dict(examples)
         self.labels = dict(labels)
         self.likes = [tuple(k for k in keys if k in self.examples) for keys in likes]
         self.keywords = list(keywords) or [{} for _ in range(len(topics))]
+        starts = [
+            unit(np.mean(list(self.keywords[i].values()), axis=0).astype(np.float32))
+            if query == "keywords" and self.keywords[i] and not (i < len(own) and own[i])
+            else topics[i]
+            for i in range(len(topics))
+        ]
         self.queries = (
-            np.stack([self._rocchio(topics[i], self.likes[i], ()) for i in range(len(topics))])
+            np.stack([self._rocchio(starts[i], self.likes[i], ()) for i in range(len(topics))])
             if len(topics)
             else np.zeros((0, papers.shape[1]), dtype=np.float32)
         )
+        self.initial = self.queries
+        """Each topic's query before pseudo-relevance feedback (:meth:`feedback`)."""
         self.similarity: FloatArray = self.queries @ papers.T
-        """topics × papers cosines."""
+        """topics × papers cosines (after :meth:`feedback`, with the expanded queries)."""
 
     def _rocchio(self, q0: FloatArray, more: Sequence[str], less: Sequence[str]) -> FloatArray:
         q = q0.astype(np.float32).copy()
@@ -112,25 +131,30 @@ class MeaningSpace:
             q -= ROCCHIO_GAMMA * np.mean(neg, axis=0)
         return unit(q)
 
+    def feedback(self, top: npt.NDArray[np.int64], beta: float) -> None:
+        """Pseudo-relevance feedback: each topic's query moves towards the mean of its papers
+        ``top[i]`` (indices, -1 for none), ``q = q + β·mean(top)``, and the similarities are
+        computed again."""
+        if not len(self.queries) or not top.size:
+            return
+        valid = top >= 0
+        picked = self.papers[np.where(valid, top, 0)] * valid[..., None]
+        count = np.maximum(valid.sum(axis=1, keepdims=True), 1)
+        moved = self.queries + beta * (picked.sum(axis=1) / count).astype(np.float32)
+        norms = np.linalg.norm(moved, axis=1, keepdims=True)
+        self.queries = (moved / np.maximum(norms, 1e-12)).astype(np.float32)
+        self.similarity = self.queries @ self.papers.T
+
     def topic(self, i: int) -> Evidence:
         """The day's papers against topic ``i``'s query."""
         return evidence(self.similarity[i])
 
-    def like_similarity(self, i: int) -> FloatArray:
-        """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
-        vecs = [self.examples[k] for k in self.likes[i]]
-        if not vecs:
-            return np.zeros(0, dtype=np.float32)
-        found: FloatArray = np.stack(vecs) @ self.queries[i]
-        return found
-
-    def reader(self, more: Sequence[str], less: Sequence[str]) -> Evidence | None:
-        """The day's papers against a reader's votes (``more`` and ``less``: example keys);
-        None when none of their votes is on a known paper."""
+    def reader_query(self, i: int, more: Sequence[str], less: Sequence[str]) -> FloatArray | None:
+        """Topic ``i``'s query moved by a reader's votes (Rocchio: ``q + β·mean(more) −
+        γ·mean(less)``); None when none of the votes is on a known paper."""
         if not any(k in self.examples for k in (*more, *less)):
             return None
-        q = self._rocchio(np.zeros(self.papers.shape[1], dtype=np.float32), more, less)
-        return evidence(self.papers @ q)
+        return self._rocchio(self.initial[i], more, less)
 
     def closest(self, keys: Sequence[str], j: int) -> str | None:
         """Of ``keys`` (example papers), the one most similar to paper ``j``."""
