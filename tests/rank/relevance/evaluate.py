@@ -3,10 +3,12 @@
     python -m tests.rank.relevance.evaluate                 # a table per topic and the means
     python -m tests.rank.relevance.evaluate --json          # the same, machine-readable
     python -m tests.rank.relevance.evaluate --set judged3   # the third set (judged3.yaml), same table
+    python -m tests.rank.relevance.evaluate --set judged4   # the fourth set (judged4.yaml), same table
 
 The pool is the 46 real feed-fixture papers (:func:`tests.rank.relevance.corpus.load_papers`) plus the
 papers written for this set (papers.yaml); the third set (judged3.yaml, ``--set judged3``) also
-sees the papers written for it (papers3.yaml), which the second set never does. Topics go through
+sees the papers written for it (papers3.yaml), which the second set never does; the fourth
+(judged4.yaml, ``--set judged4``) sees papers3.yaml and its own papers4.yaml as well. Topics go through
 the real config validation and are ranked by the real :class:`newsletter.rank.Ranker`; a plain
 BM25 over title and abstract is the baseline. Metrics, per topic and averaged over topics:
 
@@ -43,10 +45,13 @@ PAPERS_FILE = HERE / "papers.yaml"
 JUDGED_FILE = HERE / "judged2.yaml"
 PAPERS3_FILE = HERE / "papers3.yaml"
 JUDGED3_FILE = HERE / "judged3.yaml"
+PAPERS4_FILE = HERE / "papers4.yaml"
+JUDGED4_FILE = HERE / "judged4.yaml"
 DEFAULT_SET = "judged2"
 SETS: dict[str, tuple[Path, tuple[Path, ...]]] = {
     "judged2": (JUDGED_FILE, (PAPERS_FILE,)),
     "judged3": (JUDGED3_FILE, (PAPERS_FILE, PAPERS3_FILE)),
+    "judged4": (JUDGED4_FILE, (PAPERS_FILE, PAPERS3_FILE, PAPERS4_FILE)),
 }
 """Set name -> (judgments file, written-paper files added to the fixture papers, in order)."""
 K = 10

@@ -168,7 +168,9 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--set", default="judged2", help="judged set: judged2 (default), judged3")
+    parser.add_argument(
+        "--set", default="judged2", help="judged set: judged2 (default), judged3, judged4"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     problem = unavailable()

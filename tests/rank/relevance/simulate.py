@@ -121,7 +121,9 @@ def table(rows: Sequence[DayTwo]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print machine-readable results")
-    parser.add_argument("--set", default="judged2", help="judged set: judged2 (default), judged3")
+    parser.add_argument(
+        "--set", default="judged2", help="judged set: judged2 (default), judged3, judged4"
+    )
     parser.add_argument(
         "--semantic", action="store_true", help="rank with vectors (needs the semantic extra)"
     )
