@@ -81,6 +81,9 @@ class Explanation:
     meaning: tuple[str, str, float, float] | None = None
     """Semantic ranking: (the topic's title, the keyword or liked paper nearest in meaning,
     the cosine similarity with the topic's query, what meaning adds to relevance)."""
+    words_weight: float | None = None
+    """Semantic ranking: the weight of the keyword part in the fusion (``Fusion.alpha``); the
+    terms above are the keyword relevance before it."""
 
     @property
     def shown(self) -> bool:
@@ -94,6 +97,12 @@ class Explanation:
     def lines(self) -> list[str]:
         """The explanation as ``rank --explain`` prints it, one line per contribution."""
         out = [f"relevance {self.relevance:.3f}"]
+        if self.words_weight is not None:
+            words = self.relevance - (self.meaning[3] if self.meaning else 0.0)
+            meant = self.meaning[3] if self.meaning else 0.0
+            keyword = words / max(self.words_weight, 1e-9)
+            out[0] += f" = words {words:.3f} + meaning {meant:.3f}"
+            out.append(f"  words: {self.words_weight:g} × keyword relevance {keyword:.3f}:")
         for field, label, value in self.terms:
             out.append(f"  {value:6.3f}  {field}: {label}")
         for alias, wrote in self.expansions:
@@ -103,7 +112,7 @@ class Explanation:
         if self.meaning:
             topic, near, sim, part = self.meaning
             nearest = f"; nearest: {near}" if near else ""
-            out.append(f"  {part:6.3f}  meaning: similarity {sim:.2f} to {topic}{nearest}")
+            out.append(f"  meaning: {part:.3f}, similarity {sim:.2f} to {topic}{nearest}")
         if self.authors:
             out.append(f"  {AUTHOR_SCORE:6.3f}  by {', '.join(self.authors)}")
         if self.categories:
@@ -218,8 +227,12 @@ class Explainer:
         meant: Mapping[str, FloatArray],
         liked: Mapping[str, FloatArray],
         best: Mapping[str, float],
+        admitted: Mapping[str, npt.NDArray[np.bool_]] | None = None,
+        words_weight: float = 1.0,
     ) -> None:
         self.topics = topics
+        self._admitted = admitted or {}
+        self.words_weight = words_weight
         self._order = order
         self._rules = rules
         self.queries = queries
@@ -335,13 +348,19 @@ class Explainer:
         if self.queries.category_only[i] and cats:
             relevance += CATEGORY_SCORE
         meaning: tuple[str, str, float, float] | None = None
-        meant = float(self._meant[topic_name][j]) if topic_name in self._meant else 0.0
-        if meant > 1e-9 and self.meaning is not None:
+        words_weight: float | None = None
+        if self.meaning is not None and topic_name in self._meant:
+            meant = float(self._meant[topic_name][j])
+            words_weight = self.words_weight
+            admitted = self._admitted.get(topic_name)
+            if admitted is not None and not admitted[j]:
+                meant, relevance = 0.0, 0.0  # not a candidate: neither part counts
             near = self.meaning.nearest(i, j)
             sim = float(self.meaning.similarity[i, j])
             meaning = (self.topics[topic_name].label, near[0] if near else "", sim, meant)
-            relevance += meant
-            weak = False
+            relevance = words_weight * relevance + meant
+            if meant > 1e-9:
+                weak = False
         like: tuple[str, float] | None = None
         part = float(self._liked[topic_name][j]) if topic_name in self._liked else 0.0
         if part > 1e-9 and self.space is not None:
@@ -364,6 +383,7 @@ class Explainer:
             best=self._best.get(topic_name, 0.0),
             like=like,
             meaning=meaning,
+            words_weight=words_weight,
         )
 
     def reason(self, topic_name: str, paper_index: int) -> str:

@@ -217,6 +217,8 @@ class Ranker:
             meant=self._meant,
             liked=self._liked,
             best=self.best,
+            admitted=self._admitted,
+            words_weight=fusion.alpha,
         )
         """Explanations and reasons of these scores (``rank --explain``, each item's reason)."""
         papers_t = self.index.papers

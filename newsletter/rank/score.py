@@ -225,8 +225,8 @@ def meaning_parts(
     share = np.clip((s - median) / np.maximum(1.0 - median, 1e-6), 0.0, 1.0)
     admitted = matched & passes
     if n >= MIN_PAPERS and fusion.dense_k > 0:
-        strong = (s - median) >= fusion.strong_z * np.maximum(spread, 1e-9)
-        strong &= spread > 1e-9
+        deviations = (s - median) / np.maximum(spread, 1e-9)
+        strong = (deviations >= fusion.strong_z) & (spread > 1e-9)
         masked = np.where(passes, s, -np.inf)
         k = min(fusion.dense_k, n)
         kth = -np.partition(-masked, k - 1, axis=1)[:, k - 1 : k]

@@ -106,14 +106,17 @@ def rankings(ranker: Ranker) -> dict[str, list[str]]:
 def semantic_rankings(
     topics: Sequence[TopicSettings], pool: Sequence[Paper]
 ) -> dict[str, list[str]]:
-    """Every paper passing a topic's filters, by cosine with the topic's query alone."""
-    ranker = hybrid_ranker(topics, pool)
-    assert ranker.meaning is not None
+    """Similarity alone: every paper passing a topic's filters, by the cosine of its vector
+    with the vector of the topic's text (title and keywords, :func:`topic_text`); no keyword
+    part, no candidates, no feedback."""
+    ranker = Ranker(topics, pool, ev.NOW)
     keys = [p.key for p in ranker.index.papers]
+    similarity = vectors([topic_text(t) for t in topics]) @ vectors(
+        [paper_text(p) for p in ranker.index.papers]
+    ).T
     out = {}
     for i, t in enumerate(topics):
-        s = ranker.meaning.similarity[i]
-        order = np.lexsort((keys, -s))
+        order = np.lexsort((keys, -similarity[i]))
         out[t.name] = [keys[j] for j in order if ranker._passes[i][j]]
     return out
 
