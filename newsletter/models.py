@@ -283,6 +283,8 @@ class Digest:
     edition_date: date
     sections: tuple[TopicSection, ...]
     topic_titles: tuple[str, ...] = field(default=())
+    note: str = ""
+    """A line for the footer (own topics matched by their words only), or empty."""
 
     @property
     def items(self) -> tuple[DigestItem, ...]:
