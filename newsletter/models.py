@@ -197,14 +197,10 @@ class OwnTopic:
 
     id: int
     subscriber_id: int
-    position: int
-    """1, 2, 3 … in the reader's order (``topic remove: <n>`` names it)."""
-    text: str
-    """The reader's sentence, as saved (checked: one line, no HTML or links)."""
-    text_hash: str
-    """SHA-256 of what its vector embeds (:func:`newsletter.own_topics.own_texts`)."""
-    examples: tuple[str, ...]
-    """Versionless arXiv ids of papers "like" the topic."""
+    position: int  # 1, 2, 3 … in the reader's order (``topic remove: <n>`` names it)
+    text: str  # the reader's sentence as saved (one line, no HTML or links)
+    text_hash: str  # SHA-256 of what its vector embeds (newsletter.own_topics.own_texts)
+    examples: tuple[str, ...]  # versionless arXiv ids of papers "like" the topic
     created: datetime
     updated: datetime
 
