@@ -28,6 +28,7 @@ was one, chains its cause (``raise ... from e``)::
     └── SubscriberError      an address or subscriber command is invalid
         ├── InvalidAddress   an address cannot be used (newsletter.addresses)
         ├── InvalidRequest   a field of a subscription request is invalid (newsletter.subscribe)
+        ├── OwnTopicRefused  a reader's own topic cannot be saved as given (newsletter.own_topics)
         └── FeedbackError    a vote names an unknown paper or subscriber (newsletter.feedback)
 
 ``RelayError`` is not a ``DeliveryError``: one message failing and the relay failing take

@@ -53,6 +53,7 @@ from newsletter.subscribe import (
     client_network,
     parse_command,
 )
+from newsletter.subscribe.own_mail import parse_own_command
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,13 @@ def handle_message(
             host,
         )
         return Outcome.LIMITED
+    own_command = parse_own_command(str(msg.get("Subject", "")), first_text(msg))
+    if own_command is not None:
+        try:
+            return service.request_own_topic(sender, *own_command)
+        except InvalidRequest as e:
+            log.info("inbound: unusable sender address: %s", e)
+            return None
     command = parse_command(str(msg.get("Subject", "")), first_text(msg))
     origin = f"email {message_id} via {host}".strip()
     try:

@@ -186,6 +186,35 @@ class Subscriber:
     """When ``status`` last changed (subscribed, paused, unsubscribed, suppressed)."""
 
 
+OWN_PREFIX = "own."
+"""What a reader's own topic's name starts with: a dot, which an operator's topic name (lowercase
+letters, digits, ``-`` and ``_``) never holds, so the two never clash."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnTopic:
+    """A topic a reader wrote themselves (issue 45): their sentence and example papers."""
+
+    id: int
+    subscriber_id: int
+    position: int  # 1, 2, 3 … in the reader's order (``topic remove: <n>`` names it)
+    text: str  # the reader's sentence as saved (one line, no HTML or links)
+    text_hash: str  # SHA-256 of what its vector embeds (newsletter.own_topics.own_texts)
+    examples: tuple[str, ...]  # versionless arXiv ids of papers "like" the topic
+    created: datetime
+    updated: datetime
+
+    @property
+    def name(self) -> str:
+        """The topic's name in the ranker, the layout and vote links (``own.<id>``)."""
+        return f"{OWN_PREFIX}{self.id}"
+
+
+def is_own_topic(name: str | None) -> bool:
+    """Whether a topic name is a reader's own topic (:attr:`OwnTopic.name`)."""
+    return bool(name) and str(name).startswith(OWN_PREFIX)
+
+
 @dataclass(frozen=True, slots=True)
 class NewSubscriber:
     """A subscriber to add in bulk (an import): the choices are already validated."""
@@ -250,6 +279,8 @@ class Digest:
     edition_date: date
     sections: tuple[TopicSection, ...]
     topic_titles: tuple[str, ...] = field(default=())
+    note: str = ""
+    """A line for the footer (own topics matched by their words only), or empty."""
 
     @property
     def items(self) -> tuple[DigestItem, ...]:

@@ -140,6 +140,7 @@ def share_key(renderer: Renderer, digest: Digest, links: DigestLinks) -> tuple[o
     return (
         digest.sections,
         digest.topic_titles,
+        digest.note,
         digest.edition_date,
         tuple(bool(v) for v in own),  # a missing value is part of the shape
         feedback is None,

@@ -47,6 +47,7 @@ class Purpose(StrEnum):
     VIEW = "view"
     CSRF = "csrf"
     FEEDBACK = "feedback"
+    OWN_TOPIC = "own_topic"
 
 
 #: How long a token of each purpose stays valid.
@@ -57,6 +58,7 @@ MAX_AGE: dict[Purpose, timedelta] = {
     Purpose.VIEW: timedelta(days=365),
     Purpose.CSRF: timedelta(hours=12),
     Purpose.FEEDBACK: timedelta(days=365),
+    Purpose.OWN_TOPIC: timedelta(days=3),
 }
 
 #: A token signed up to this far in the future (another machine's clock is ahead) is accepted.

@@ -292,3 +292,28 @@ class RankingSettings(_Strict):
     model_cache: str | None = None
     """Where a model's ONNX form is written when it ships only weights (default:
     ``$XDG_CACHE_HOME/newsletter/models``, else ``~/.cache/newsletter/models``)."""
+
+
+class OwnTopicsSettings(_Strict):
+    """Readers' own topics (docs/topics.md, "Your own topics"): a sentence of their own and a
+    few example papers, each its own section of that reader's digest only."""
+
+    enabled: bool | Literal["auto"] = "auto"
+    """``auto``: on when semantic ranking is (``ranking.semantic`` and the extra installed;
+    without the extra they match words only, and say so); ``true``: on, also lexical-only;
+    ``false``: off (the manage page hides them, the mail command refuses, sends skip them)."""
+    max: int = Field(default=3, ge=1, le=20)
+    """Own topics per reader."""
+    max_chars: int = Field(default=200, ge=20, le=500)
+    """Characters in a reader's sentence."""
+    max_examples: int = Field(default=5, ge=0, le=20)
+    """Example papers (arXiv ids) per own topic."""
+    edits_per_day: int = Field(default=20, ge=1, le=1000)
+    """Adds, edits and removals a reader may make in 24 hours (web and mail together)."""
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _enabled(cls, value: object) -> object:
+        if value is True or value is False or value == "auto":
+            return value
+        raise ValueError(f"{value!r}: write auto, true or false")

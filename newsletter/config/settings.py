@@ -18,6 +18,7 @@ from newsletter.config.base import _check_address, _check_timezone, _Strict
 from newsletter.config.content import (
     DigestSettings,
     FetchSettings,
+    OwnTopicsSettings,
     RankingSettings,
     SourceSettings,
     TopicSettings,
@@ -88,6 +89,9 @@ class Settings(_Strict):
     inbound: InboundSettings = Field(default_factory=InboundSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     ranking: RankingSettings = Field(default_factory=RankingSettings)
+    own_topics: OwnTopicsSettings = Field(default_factory=OwnTopicsSettings)
+    """Readers' own topics: on or off and their limits (``subscribers:`` stays the list of
+    readers)."""
     dkim: DkimSettings | None = None
     workers: WorkersSettings | None = None
     """Absent: one process sends everything. Present: Celery workers do (see docs/deploy.md)."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import date, datetime, timedelta
 
 from newsletter.bounces.verp import Verp
-from newsletter.config import Config
+from newsletter.config import Config, TopicSettings
 from newsletter.deliver import (
     Envelope,
     build_message,
@@ -23,8 +23,10 @@ from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.message import build_encoded_message
 from newsletter.deliver.wire import WireHtml, WireText
 from newsletter.edition.layout import Layouts
+from newsletter.edition.plan import choose
 from newsletter.feedback import VoteLinks
-from newsletter.models import Digest, Paper, Subscriber, Vote
+from newsletter.models import Digest, OwnTopic, Paper, Subscriber, SubscriberStatus, Vote
+from newsletter.own_topics import LEXICAL_NOTE, own_topic_rows, own_topics_on
 from newsletter.rank import Ranker
 from newsletter.rank.builder import build_ranker
 from newsletter.render import DigestLinks, RenderedDigest, Renderer
@@ -38,13 +40,41 @@ log = logging.getLogger(__name__)
 
 
 def day_ranker(
-    config: Config, store: SendStore, now: datetime, vectors: VectorSource | None = None
+    config: Config,
+    store: SendStore,
+    now: datetime,
+    vectors: VectorSource | None = None,
+    extra_topics: Sequence[TopicSettings] = (),
 ) -> tuple[list[Paper], Ranker]:
     """The papers first seen within ``digest.lookback_days`` of ``now`` and the ranker over
-    them (:func:`~newsletter.rank.builder.build_ranker`, with ``vectors``): what ``newsletter
-    send``, ``rank`` and ``preview`` all rank with."""
+    them (:func:`~newsletter.rank.builder.build_ranker`, with ``vectors`` and the readers' own
+    topics in ``extra_topics``): what ``newsletter send``, ``rank`` and ``preview`` all rank
+    with."""
     papers = store.recent_papers(now - timedelta(days=config.settings.digest.lookback_days))
-    return papers, build_ranker(config, store, papers, now, vectors=vectors)
+    ranker = build_ranker(config, store, papers, now, vectors=vectors, extra_topics=extra_topics)
+    return papers, ranker
+
+
+def due_own_topics(
+    config: Config,
+    store: SendStore,
+    now: datetime,
+    due: Callable[[Subscriber], bool] | None = None,
+    email: str | None = None,
+) -> dict[int, tuple[OwnTopic, ...]]:
+    """The own topics of the active readers a run may send to (``due`` now, only ``email``
+    when given), by reader: the only own topics the run's ranker scores. None when own topics
+    are off."""
+    if not own_topics_on(config):
+        return {}
+    ids = store.own_topic_readers()
+    if not ids:
+        return {}
+    zone = config.settings.schedule.timezone
+    chosen: list[int] = []
+    for batch in store.iter_subscribers(SubscriberStatus.ACTIVE, batch=500, ids=ids, email=email):
+        chosen.extend(s.id for s, _ in choose(batch, now, due=due, default_zone=zone).wanted)
+    return store.own_topics_of(chosen) if chosen else {}
 
 
 SHARED_SHAPES = 1024
@@ -68,13 +98,28 @@ def history_since(papers: Sequence[Paper]) -> date | None:
 class EditionBuilder:
     """Everything needed to turn a subscriber into a digest and a message, built once per run."""
 
-    def __init__(self, services: Services[SendStore], now: datetime) -> None:
+    def __init__(
+        self,
+        services: Services[SendStore],
+        now: datetime,
+        *,
+        due: Callable[[Subscriber], bool] | None = None,
+        email: str | None = None,
+    ) -> None:
+        """``due`` and ``email``: the run's filters, so that only the own topics of readers
+        this run may send to are ranked (default: every active reader's)."""
         config, store = services.config, services.store
         self.config = config
         self.settings = config.settings
         self.store = store
         self.now = now
-        self.papers, self.ranker = day_ranker(config, store, now, services.send_vectors)
+        self.own = due_own_topics(config, store, now, due, email)
+        """Readers' own topics by reader id (only those this run may send to)."""
+        self.papers, self.ranker = day_ranker(
+            config, store, now, services.send_vectors, own_topic_rows(self.own)
+        )
+        self.lexical_own = bool(self.own) and self.ranker.meaning is None
+        """Own topics are ranked by their words only (the digest's footer says so once)."""
         log.info("%s", services.send_vectors.state)
         self.history_since = history_since(self.papers)
         """The earliest edition date that can hold one of the day's papers (see
@@ -107,7 +152,8 @@ class EditionBuilder:
     ) -> Digest:
         """The subscriber's digest: their topics' sections, reordered by their ``votes``."""
         d = self.settings.digest
-        topics = (only_topic,) if only_topic else subscriber.topics
+        own = () if only_topic else tuple(o.name for o in self.own.get(subscriber.id, ()))
+        topics = (only_topic,) if only_topic else (*subscriber.topics, *own)
         sections = self.ranker.sections(
             topics,
             exclude_ids=sent_ids,
@@ -115,8 +161,9 @@ class EditionBuilder:
             group_by_topic=d.group_by_topic,
             votes=votes,
         )
-        titles = tuple(self.settings.topic(t).label for t in topics if t in self.ranker.topics)
-        return Digest(subscriber, edition_date, sections, titles)
+        titles = tuple(self.ranker.topics[t].label for t in topics if t in self.ranker.topics)
+        note = LEXICAL_NOTE if own and self.lexical_own else ""
+        return Digest(subscriber, edition_date, sections, titles, note)
 
     def links(self, subscriber: Subscriber, edition_date: date) -> DigestLinks:
         """The subscriber's unsubscribe, manage, view and feedback links for the edition.

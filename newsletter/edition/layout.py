@@ -75,6 +75,8 @@ class Layout:
     sections: tuple[LaidSection, ...]
     grouped: bool = True
     """Whether the digest was grouped by topic (``digest.group_by_topic`` at the send)."""
+    note: str = ""
+    """The footer's note, when the mail had one (own topics matched by words only)."""
 
     @property
     def paper_ids(self) -> list[int]:
@@ -104,7 +106,7 @@ class Layout:
                 if i.paper_id in papers
             )
             sections.append(TopicSection(s.name, s.title, items))
-        return Digest(subscriber, edition_date, tuple(sections), self.topic_titles)
+        return Digest(subscriber, edition_date, tuple(sections), self.topic_titles, self.note)
 
 
 def _dumps(value: object) -> str:
@@ -156,7 +158,8 @@ class Layouts:
             if len(self._titles) >= self._max:
                 self._titles.clear()
             titles = self._titles[digest.topic_titles] = _dumps(list(digest.topic_titles))
-        return f'{self._head}"t":{titles},"s":[{",".join(pieces)}]}}'
+        note = f'"n":{_dumps(digest.note)},' if digest.note else ""
+        return f'{self._head}{note}"t":{titles},"s":[{",".join(pieces)}]}}'
 
 
 def _str(value: object) -> str:
@@ -206,6 +209,7 @@ def read_layout(text: str | None) -> Layout | None:
             tuple(_str(t) for t in titles),
             tuple(_read_section(s) for s in sections),
             grouped=raw.get("g", 1) != 0,
+            note=_str(raw.get("n", "")),
         )
     except ValueError as e:  # json's errors, and what Layouts does not write
         log.warning("an edition's recorded layout cannot be read (%s): ranking it again", e)

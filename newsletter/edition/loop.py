@@ -309,7 +309,7 @@ def send_editions(
     ``now`` (a worker's next chunk of the same edition).
     """
     policy = request if isinstance(request, SendPolicy) else SendPolicy.of(request, services.config)
-    builder = builder or EditionBuilder(services, now)
+    builder = builder or EditionBuilder(services, now, due=policy.due, email=policy.to)
     applier = Applier(
         services, now, policy, builder, progress=progress, stop=stop, claim_clock=claim_clock
     )

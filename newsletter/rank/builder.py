@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from newsletter.config import Config
+from newsletter.config import Config, TopicSettings
 from newsletter.examples import profile_examples
 from newsletter.models import Paper
 from newsletter.rank.ranker import Ranker
@@ -33,13 +33,20 @@ def build_ranker(
     now: datetime,
     *,
     vectors: VectorSource | None = None,
+    extra_topics: Sequence[TopicSettings] = (),
 ) -> Ranker:
     """The ranker over ``papers`` at ``now``: the configured topics, the examples reader
     profiles use (:func:`~newsletter.examples.profile_examples`) and the embedding vectors of
     semantic ranking from ``vectors`` (stored ones, else the model's; default: a source over
-    ``store``). When semantic matching is off, ranking is lexical."""
+    ``store``). When semantic matching is off, ranking is lexical. ``extra_topics``: rows ranked
+    after the configured topics (readers' own topics, for the send only), their ``like:``
+    papers read from the store."""
     examples = profile_examples(config, store, papers, now)
     vectors = vectors or VectorSource(config, store, lambda: now)
-    topics = config.settings.topics
+    topics = [*config.settings.topics, *extra_topics]
+    have = {p.key for p in papers} | {p.key for p in examples}
+    wanted = {k for t in extra_topics for k in t.like if k not in have}
+    if wanted:
+        examples = [*examples, *store.papers_by_keys(sorted(wanted)).values()]
     semantic = vectors.semantic(papers, topics, examples) if papers and topics else None
     return Ranker(topics, papers, now, examples=examples, semantic=semantic)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from newsletter.config import TopicSettings
 from newsletter.latex import to_text
-from newsletter.models import MAX_TEXT_CHARS
+from newsletter.models import MAX_TEXT_CHARS, is_own_topic
 from newsletter.rank.index import PaperIndex, age_hours
 from newsletter.rank.profiles import ProfileSpace
 from newsletter.rank.rules import Group, Queries, Rule
@@ -404,7 +404,9 @@ class Explainer:
         )
         if ex.like and ex.like[1] >= lexical:
             parts.append(f"like: {ex.like[0]}")  # there because it resembles the topic's examples
-        if ex.meaning and lexical <= 1e-9:
+        if ex.meaning and is_own_topic(topic_name):
+            parts.append(self._own_meaning(topic_name, ex.meaning[0], ex.meaning[1]))
+        elif ex.meaning and lexical <= 1e-9:
             topic, near, sim, _ = ex.meaning  # there for its meaning alone
             nearest = f" ({near}, {sim:.2f})" if near else f" ({sim:.2f})"
             parts.append(f"close in meaning to {topic}{nearest}")
@@ -423,3 +425,13 @@ class Explainer:
         if n_sources > 1:
             parts.append(f"{n_sources} sources")
         return " · ".join(parts)
+
+    def _own_meaning(self, topic_name: str, sentence: str, near: str) -> str:
+        """A reader's own topic's reason: "close in meaning to your topic “…”", and "; like
+        <arXiv id>" when one of its example papers is what the paper is nearest to."""
+        out = f"close in meaning to your topic “{sentence}”"
+        labels = self.meaning.labels if self.meaning is not None else {}
+        for key in getattr(self.topics[topic_name], "like", ()) or ():
+            if near and labels.get(key, key) == near:
+                return f"{out}; like {key}"
+        return out

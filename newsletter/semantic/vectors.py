@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import Config, TopicSettings
-from newsletter.models import MAX_TEXT_CHARS, Paper
+from newsletter.models import MAX_TEXT_CHARS, Paper, is_own_topic
 from newsletter.semantic.cache import model_cache
 from newsletter.semantic.model import (
     ALIASES,
@@ -54,7 +54,10 @@ def paper_text(paper: Paper) -> str:
 
 def topic_text(topic: TopicSettings) -> str:
     """What a topic's vector embeds: its title, then every keyword with its aliases and the
-    ``all:`` entries ("Mixture of experts: MoE, mixture of experts; expert routing")."""
+    ``all:`` entries ("Mixture of experts: MoE, mixture of experts; expert routing"). A
+    reader's own topic embeds their sentence alone (stored when they saved it)."""
+    if is_own_topic(topic.name):
+        return topic.label
     entries = [*topic.keywords, *topic.all]
     words = "; ".join(", ".join([e] if isinstance(e, str) else e) for e in entries)
     return f"{topic.label}: {words}" if words else topic.label

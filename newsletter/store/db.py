@@ -14,7 +14,8 @@ modules import from here. Where each domain lives:
 - :mod:`.ops`: the ledger read by operators: statuses, settlement, the dashboard;
 - :mod:`.runs`: run records and leases; :mod:`.sources`: each source's fetch state;
 - :mod:`.bounces`: bounce and complaint events and suppression;
-- :mod:`.vectors`: embedding vectors for semantic ranking.
+- :mod:`.vectors`: embedding vectors for semantic ranking;
+- :mod:`.own_topics`: readers' own topics.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from newsletter.store.consent import ConsentStore
 from newsletter.store.guard import guard_errors
 from newsletter.store.ledger import LedgerStore
 from newsletter.store.ops import OpsStore
+from newsletter.store.own_topics import OwnTopicStore
 from newsletter.store.papers import (
     VELOCITY_WINDOW,
     PaperStore,
@@ -76,6 +78,7 @@ __all__ = [
 class Store(
     PaperStore,
     SubscriberStore,
+    OwnTopicStore,
     ConsentStore,
     LedgerStore,
     OpsStore,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from newsletter.errors import StoreError
 from newsletter.models import (
     Frequency,
+    OwnTopic,
     Paper,
     PaperWrite,
     RunRecord,
@@ -58,6 +59,7 @@ class MemoryStore(MemoryLedger):
         self._votes: dict[tuple[int, int], tuple[int, int, str | None, datetime]] = {}
         self._vectors: dict[tuple[str, str], tuple[bytes, datetime]] = {}
         self._runs: dict[int, _Run] = {}
+        self._own: dict[int, OwnTopic] = {}
 
     def _with_links(self, paper: Paper, velocity: bool = False) -> Paper:
         links = self._links.get(paper.id, {})
@@ -245,6 +247,51 @@ class MemoryStore(MemoryLedger):
             sid: tuple(v for _, _, v in sorted(votes, key=lambda x: (x[0], x[1]), reverse=True))
             for sid, votes in found.items()
         }
+
+    def add_own_topic(
+        self,
+        subscriber_id: int,
+        text: str,
+        text_hash: str,
+        examples: Sequence[str],
+        now: datetime,
+        *,
+        limit: int,
+    ) -> OwnTopic | None:
+        """Add a reader's own topic last (:meth:`Store.add_own_topic
+        <newsletter.store.own_topics.OwnTopicStore.add_own_topic>`)."""
+        with self._lock:
+            mine = [o for o in self._own.values() if o.subscriber_id == subscriber_id]
+            same = next((o for o in mine if o.text_hash == text_hash), None)
+            if same is not None or len(mine) >= limit:
+                return same
+            tid = max(self._own, default=0) + 1
+            own = OwnTopic(
+                tid, subscriber_id, len(mine) + 1, text, text_hash, tuple(examples), now, now
+            )
+            self._own[tid] = own
+            return own
+
+    def own_topics_of(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[OwnTopic, ...]]:
+        """Each of these readers' own topics in their order (readers without any left out)."""
+        wanted = set(subscriber_ids)
+        out: dict[int, list[OwnTopic]] = {}
+        with self._lock:
+            for own in sorted(self._own.values(), key=lambda o: (o.position, o.id)):
+                if own.subscriber_id in wanted:
+                    out.setdefault(own.subscriber_id, []).append(own)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def own_topic_readers(self) -> list[int]:
+        """The active readers that have own topics, by id."""
+        with self._lock:
+            return sorted(
+                {
+                    o.subscriber_id
+                    for o in self._own.values()
+                    if self._subs[o.subscriber_id].status is SubscriberStatus.ACTIVE
+                }
+            )
 
     def voted_papers(self, since: datetime, limit: int = 20_000) -> list[Paper]:
         """Papers readers voted on since ``since``, most recently voted first, at most ``limit``."""

@@ -30,6 +30,7 @@ from newsletter.models import (
     Frequency,
     LedgerOp,
     NewSubscriber,
+    OwnTopic,
     Paper,
     PaperWrite,
     RunRecord,
@@ -532,7 +533,58 @@ class Schema(Protocol):
         ...
 
 
-class SendStore(PaperReads, Vectors, SubscriberReads, Ledger, LedgerState, Runs, Protocol):
+class OwnTopicReads(Protocol):
+    """What a send reads about readers' own topics."""
+
+    def own_topics_of(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[OwnTopic, ...]]:
+        """Each of these readers' own topics in their order (readers without any left out)."""
+        ...
+
+    def own_topic_readers(self) -> list[int]:
+        """The active readers that have own topics, by id."""
+        ...
+
+
+class OwnTopics(OwnTopicReads, Protocol):
+    """Readers' own topics: added under a limit, edited, removed, counted."""
+
+    def add_own_topic(
+        self,
+        subscriber_id: int,
+        text: str,
+        text_hash: str,
+        examples: Sequence[str],
+        now: datetime,
+        *,
+        limit: int,
+    ) -> OwnTopic | None:
+        """Add an own topic last; ``None`` at ``limit``; the same text is not added twice."""
+        ...
+
+    def edit_own_topic(
+        self,
+        subscriber_id: int,
+        topic_id: int,
+        text: str,
+        text_hash: str,
+        examples: Sequence[str],
+        now: datetime,
+    ) -> OwnTopic | None:
+        """Change one of the reader's own topics; ``None`` when they have none with that id."""
+        ...
+
+    def remove_own_topic(self, subscriber_id: int, topic_id: int) -> bool:
+        """Remove one of the reader's own topics; False when they have none with that id."""
+        ...
+
+    def count_own_topics(self) -> int:
+        """How many own topics all readers have."""
+        ...
+
+
+class SendStore(
+    PaperReads, Vectors, SubscriberReads, OwnTopicReads, Ledger, LedgerState, Runs, Protocol
+):
     """What the send path uses: the edition builder (papers, votes, what was sent), the
     planner and run loop (subscribers, claims, runs) and the sender's ledger writer."""
 
@@ -541,6 +593,7 @@ class StoreProtocol(
     Papers,
     Vectors,
     Subscribers,
+    OwnTopics,
     Consent,
     Ledger,
     Operations,

@@ -169,7 +169,7 @@ class SubscriberStore(StoreBase):
             ).scalar()
             if sid is None:
                 return False
-            for table in (t.subscriptions, t.editions, t.votes):
+            for table in (t.subscriptions, t.editions, t.votes, t.own_topics):
                 conn.execute(delete(table).where(table.c.subscriber_id == sid))
             conn.execute(delete(t.subscribers).where(t.subscribers.c.id == sid))
             if forgotten is not None:

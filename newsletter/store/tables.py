@@ -268,3 +268,23 @@ embeddings = Table(
 """Sentence-embedding vectors (float32, little-endian) by model and the hash of the text they
 embed: a paper's title and abstract, a topic's query. A paper whose text changes gets a new
 hash and so a new vector; old rows are pruned by age (:meth:`VectorStore.prune_vectors`)."""
+
+# A reader's own topics (issue 45, migration 0016): their sentence, its hash (what its vector is
+# stored under in ``embeddings``), example papers as versionless arXiv ids ("2401.04088,...").
+# Erased with the reader; never read by the public archive.
+own_topics = Table(
+    "own_topics",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "subscriber_id", Integer, ForeignKey("subscribers.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("position", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("text_hash", String(64), nullable=False),
+    Column("examples", Text, nullable=False, default=""),
+    Column("created", UTCDateTime, nullable=False),
+    Column("updated", UTCDateTime, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("ix_own_topics_subscriber_id", own_topics.c.subscriber_id, own_topics.c.position)

@@ -34,8 +34,10 @@ from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.mime import header_address
 from newsletter.feedback import digest_reader
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.own_topics import OwnTopicEditor, OwnTopicRefused, own_topics_on
 from newsletter.render import make_environment
 from newsletter.services import Services
+from newsletter.subscribe.own_mail import add_command, remove_command
 from newsletter.subscribe.rules import (
     LIVE,
     Links,
@@ -60,6 +62,7 @@ class Problem(StrEnum):
 
     NO_COMMAND = "no command found in it"
     UNKNOWN_TOPIC = "unknown topic"
+    OWN_TOPIC = "your own topic could not be used"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,14 +297,18 @@ class Mailing:
         )
         return Outcome.UNSUBSCRIBE_SENT
 
-    def reply_info(self, email: str, command: str, problem: Problem | None = None) -> Outcome:
-        """Answer ``topics``/``help`` (or a command we could not use, ``problem``) with the
-        topics and commands; nothing of the request is quoted."""
+    def reply_info(
+        self, email: str, command: str, problem: Problem | None = None, detail: str = ""
+    ) -> Outcome:
+        """Answer ``topics``/``help`` (or a command we could not use, ``problem``, with a
+        ``detail`` in our own words) with the topics and commands; nothing of the request is
+        quoted."""
         address = parse_address(email)
         if not self._allow_mail(address):
             return Outcome.LIMITED
         subject = "Topics" if command == "topics" else "How to subscribe"
-        context = {"problem": Problem(problem).value if problem else None}
+        said = Problem(problem).value if problem else None
+        context = {"problem": f"{said} ({detail})" if said and detail else said}
         self._send(address, subject, "web/mail/help.txt", context, reply=True)
         return Outcome.REPLY_SENT
 
@@ -317,6 +324,8 @@ class Mailing:
             "topics_all": self.settings.topics,
             "base_url": sender.base_url,
             "request_address": self.settings.inbound.address,
+            "own_on": own_topics_on(self.config),
+            "own_limits": self.settings.own_topics,
             **context,
         }
         body = self.env.get_template(template).render(ctx)
@@ -338,6 +347,39 @@ class Mailing:
         data = msg.as_bytes(policy=policy.SMTPUTF8 if utf8 else policy.SMTP)
         envelope = Envelope(sender.from_address, recipient, data, str(msg["Message-ID"]))
         return maybe_sign(self.signer, envelope)
+
+    def request_own_topic(self, email: str, action: str, rest: str) -> Outcome:
+        """A ``topic add: <sentence>`` or ``topic remove: <n>`` mail command: answer the
+        address's owner with a link that confirms it (:mod:`.own_mail`); nothing changes
+        until it is pressed. The anonymous budget (``per_address``) counts it; an address
+        that does not get the digest gets the "not subscribed" mail; a sentence that cannot be
+        used gets the help text with the reason, never the sentence."""
+        address = parse_address(email)
+        sub = self.store.get_subscriber(address)
+        editor = OwnTopicEditor(self.config, self.store, self.now)
+        if sub is None or sub.status not in LIVE:
+            if not self._allow_mail(address):
+                return Outcome.LIMITED
+            self._send(
+                address, "You are not subscribed", "web/mail/not_subscribed.txt", {}, reply=True
+            )
+            return Outcome.NOT_SUBSCRIBED_SENT
+        try:
+            if action == "add":
+                command = add_command(editor, sub, rest)
+            else:
+                command = remove_command(editor, sub, rest)
+        except OwnTopicRefused as e:
+            return self.reply_info(address, "help", Problem.OWN_TOPIC, e.reason)
+        if not self._allow_mail(address):
+            return Outcome.LIMITED
+        payload = command.payload(sub, self.tokens.binding(sub.email))
+        token = self.tokens.make(Purpose.OWN_TOPIC, payload)
+        link = f"{self.settings.sender.base_url}/own-topic/{token}"
+        subject = "Confirm your own topic" if action == "add" else "Confirm removing your topic"
+        context = {"command": command, "link": link}
+        self._send(address, subject, "web/mail/own_topic.txt", context, reply=True)
+        return Outcome.OWN_TOPIC_SENT
 
     def _send(
         self, to: str, subject: str, template: str, context: dict[str, Any], *, reply: bool

@@ -44,6 +44,8 @@ class Outcome(StrEnum):
     UNSUBSCRIBE_SENT = "unsubscribe_sent"
     NOT_SUBSCRIBED_SENT = "not_subscribed_sent"
     REPLY_SENT = "reply_sent"
+    OWN_TOPIC_SENT = "own_topic_sent"
+    """A ``topic add``/``topic remove`` command was answered with a confirmation link."""
     NOT_SUBSCRIBED = "not_subscribed"
     """Nothing was sent: the address does not get the digest (no links to mail)."""
     LIMITED = "limited"

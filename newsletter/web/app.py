@@ -23,7 +23,7 @@ from newsletter.render import Renderer, make_environment
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
-from newsletter.web import api, ops, pages, reader_pages, webhooks
+from newsletter.web import api, ops, own_pages, pages, reader_pages, webhooks
 from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
 from newsletter.web.metrics import registry as metrics_registry
@@ -112,6 +112,7 @@ def build_app(services: Services) -> FastAPI:
     app.include_router(ops.router)
     app.include_router(pages.router)
     app.include_router(reader_pages.router)
+    app.include_router(own_pages.router)
     app.include_router(api.router)
     webhooks.install(app, config.settings.bounces, store, now)
     slash_redirects(app.router, config.settings.sender.base_url)  # not to the client's Host

@@ -25,6 +25,7 @@ from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.feedback import Feedback
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.own_topics import LEXICAL_NOTE, OwnTopicEditor, lexical_only
 from newsletter.subscribe import InvalidRequest, LinkUsed
 from newsletter.tokens import Purpose, TokenError
 from newsletter.web.context import WebContext, web_context
@@ -250,12 +251,24 @@ def _manage_form(
     undone: bool = False,
     error: str | None = None,
     status: int = 200,
+    own_error: str | None = None,
+    own_done: str | None = None,
+    own_form: dict[str, str] | None = None,
 ) -> HTMLResponse:
     cookie = csrf_cookie_value(request)
+    editor = own_editor(ctx)
     response = page(
         ctx,
         "manage.html",
         status,
+        own_on=editor.on,
+        own_topics=editor.mine(sub) if editor.on else (),
+        own_limits=editor.settings,
+        own_lexical=lexical_only(ctx.config),
+        own_note=LEXICAL_NOTE,
+        own_error=own_error,
+        own_done=OWN_DONE.get(own_done or ""),
+        own_form=own_form or {},
         subscriber=sub,
         token=token,
         topics=ctx.config.settings.topics,
@@ -270,6 +283,19 @@ def _manage_form(
     )
     set_csrf_cookie(request, response, cookie)
     return response
+
+
+OWN_DONE = {
+    "added": "Your own topic was added; it shows in your next digest.",
+    "edited": "Your own topic was changed.",
+    "removed": "Your own topic was removed.",
+}
+"""What the manage page says after a change to the reader's own topics (``?own=...``)."""
+
+
+def own_editor(ctx: WebContext) -> OwnTopicEditor:
+    """The own-topic rules on the app's store and clock."""
+    return OwnTopicEditor(ctx.config, ctx.store, ctx.now)
 
 
 def _name(value: str) -> str:
@@ -288,7 +314,12 @@ def _manage_subscriber(ctx: WebContext, token: str) -> Subscriber:
 
 @router.get("/manage/{token}", response_class=HTMLResponse)
 def manage_page(
-    token: str, request: Request, saved: int = 0, undone: int = 0, ctx: WebContext = Ctx
+    token: str,
+    request: Request,
+    saved: int = 0,
+    undone: int = 0,
+    own: str = "",
+    ctx: WebContext = Ctx,
 ) -> HTMLResponse:
     """The manage page: topics, schedule, pause and votes."""
     try:
@@ -303,7 +334,9 @@ def manage_page(
             200,
             subscribe_link=True,
         )
-    return _manage_form(ctx, request, token, sub, saved=bool(saved), undone=bool(undone))
+    return _manage_form(
+        ctx, request, token, sub, saved=bool(saved), undone=bool(undone), own_done=own
+    )
 
 
 @router.post("/manage/{token}", response_class=HTMLResponse)
