@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import TopicSettings
-from newsletter.models import DigestItem, Paper, TopicSection
+from newsletter.models import DigestItem, Paper, TopicSection, is_own_topic
 from newsletter.rank.explain import Explainer, Explanation, with_like
 from newsletter.rank.index import Documents, PaperIndex
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
@@ -155,7 +155,7 @@ class Ranker:
                 {p.key: p.title for p in (*examples, *self.index.papers)},
                 semantic.keywords,
                 query=fusion.query,
-                own=[bool(getattr(t, "own", False)) for t in topics],
+                own=[is_own_topic(t.name) for t in topics],
             )
         if likes or examples:
             self.space = ProfileSpace(

@@ -180,6 +180,10 @@ class Fusion:
     many papers, then everything is scored again (0: off)."""
     feedback_beta: float = 0.5
     """How far the query moves (Rocchio's β for pseudo-relevance feedback)."""
+    anchored: bool = True
+    """On a day without any keyword match for a topic, a paper comes in on meaning alone only
+    when it is as similar as the topic's typical ``like:`` paper; without those, none does:
+    a quiet topic stays quiet (:func:`anchors_of`)."""
 
 
 DEFAULT_FUSION = Fusion()
@@ -213,11 +217,16 @@ def day_median(similarity: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
 
 
 def meaning_parts(
-    similarity: npt.NDArray[np.float32], passes: BoolArray, matched: BoolArray, fusion: Fusion
+    similarity: npt.NDArray[np.float32],
+    passes: BoolArray,
+    matched: BoolArray,
+    fusion: Fusion,
+    anchors: FloatArray | None = None,
 ) -> tuple[FloatArray, BoolArray]:
     """(share, admitted) for rows of similarities: the share of the way from the day's median
     to 1, and the candidates (``matched`` keyword matches, plus the ``dense_k`` most similar
-    papers that are ``strong_z`` robust deviations above the day's median), within ``passes``."""
+    papers that are ``strong_z`` robust deviations above the day's median, and at least the
+    row's ``anchors`` similarity when given), within ``passes``."""
     s = similarity.astype(np.float64)
     n = s.shape[1]
     median = day_median(similarity)
@@ -230,8 +239,25 @@ def meaning_parts(
         masked = np.where(passes, s, -np.inf)
         k = min(fusion.dense_k, n)
         kth = -np.partition(-masked, k - 1, axis=1)[:, k - 1 : k]
+        if anchors is not None:
+            strong &= s >= anchors
         admitted |= passes & strong & (masked >= kth)
     return share, admitted
+
+
+def anchors_of(
+    similarity: npt.NDArray[np.float32], matched: BoolArray, meaning: MeaningSpace
+) -> FloatArray:
+    """Per row (a column), how similar a paper must be to come in on meaning alone: no bar
+    (-inf) when the row has keyword matches today, else the median similarity of its
+    ``like:`` papers, else +inf (nothing: a quiet topic stays quiet)."""
+    out = np.full((similarity.shape[0], 1), np.inf)
+    out[matched.any(axis=1)] = -np.inf
+    for i in np.flatnonzero(~matched.any(axis=1)):
+        liked = meaning.like_similarity(int(i))
+        if len(liked):
+            out[i, 0] = float(np.median(liked))
+    return out
 
 
 def fuse_all(
@@ -261,7 +287,8 @@ def fuse_all(
     a = fusion.alpha
     rounds = 2 if fusion.feedback_docs > 0 else 1
     for round_ in range(rounds):
-        share, admitted = meaning_parts(meaning.similarity, passes, matched, fusion)
+        anchors = anchors_of(meaning.similarity, matched & passes, meaning) if fusion.anchored else None
+        share, admitted = meaning_parts(meaning.similarity, passes, matched, fusion, anchors)
         fused = (a * lexical + (1.0 - a) * share) * admitted
         if round_ + 1 < rounds:
             m = min(fusion.feedback_docs, fused.shape[1])

@@ -149,6 +149,14 @@ class MeaningSpace:
         """The day's papers against topic ``i``'s query."""
         return evidence(self.similarity[i])
 
+    def like_similarity(self, i: int) -> FloatArray:
+        """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
+        vecs = [self.examples[k] for k in self.likes[i]]
+        if not vecs:
+            return np.zeros(0, dtype=np.float32)
+        found: FloatArray = np.stack(vecs) @ self.queries[i]
+        return found
+
     def reader_query(self, i: int, more: Sequence[str], less: Sequence[str]) -> FloatArray | None:
         """Topic ``i``'s query moved by a reader's votes (Rocchio: ``q + β·mean(more) −
         γ·mean(less)``); None when none of the votes is on a known paper."""

@@ -64,8 +64,11 @@ def topic_text(topic: TopicSettings) -> str:
 
 
 def keyword_texts(topic: TopicSettings) -> dict[str, str]:
-    """A topic's keyword entries as texts to embed, by their first alias."""
+    """A topic's keyword entries as texts to embed, by their first alias (none for a reader's
+    own topic: its sentence is its query, and its "keywords" are only the sentence's words)."""
     out: dict[str, str] = {}
+    if is_own_topic(topic.name):
+        return out
     for entry in topic.keywords:
         aliases = [entry] if isinstance(entry, str) else list(entry)
         out.setdefault(aliases[0], ", ".join(aliases))

@@ -56,7 +56,8 @@ def test_fetch_embeds_rank_and_status_say_semantic(
     assert "Embedded" not in again and "loading the model" not in again  # nothing new
     out = run(config, "rank", "--to", "grace@example.org", "--explain")
     assert "Matching: ranking fuses keywords with meaning (all-MiniLM-L6-v2@128)" in out
-    assert "meaning: similarity 0." in out  # --explain shows what meaning added
+    assert "= words " in out and " + meaning " in out  # --explain shows both parts
+    assert ", similarity 0." in out
     # The send reads every vector from the database: the model is not loaded.
     sent = run(config, "send", "--now")
     assert "loading the model" not in sent
