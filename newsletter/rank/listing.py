@@ -11,13 +11,14 @@ them (the edition's layout, once per distinct section).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from newsletter.rank.ranker import Ranker
+Ranker = Any
+"""The :class:`~newsletter.rank.Ranker` whose lists these are (typed loosely: its module
+imports this one, and the house rules allow no import cycle, not even for types)."""
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -63,7 +64,8 @@ class Listing:
     def positions(self) -> list[int]:
         """The list's papers (positions in the index), in the order the pick reads them."""
         if self.score is None or self.hits is None:
-            return self.ranker._pool_order[self.name]._order
+            order: list[int] = self.ranker._pool_order[self.name]._order
+            return order
         hits, keys = self.hits, self.ranker._key_rank
         return [int(j) for j in hits[np.lexsort((keys[hits], -self.score[hits]))]]
 
