@@ -1,9 +1,9 @@
 """One rendering of a digest for every reader with the same sections, cut at each reader's values.
 
 Readers who follow the same topics and have not voted get the same sections, so the same
-message but for their address, their name, their view, manage and unsubscribe links (and
-the page of the papers a limit left out) and the
-prefix of their more/less links (which holds their digest token). :func:`render_shared`
+message but for their address, their name, their view, manage and unsubscribe links, the
+page of the papers a limit left out, and the prefix of their more/less links (which holds their
+digest token). :func:`render_shared`
 renders the message once with a mark in place of each such value
 (:func:`~newsletter.fragments.reader_mark`; the links' prefix is
 :data:`~newsletter.fragments.PREFIX_HOLE`) and cuts it into text and
