@@ -159,9 +159,10 @@ def feedback_link(item: DigestItem, value: int) -> str:
 # The marks of a reader's values while a message is rendered for every reader of its shape
 # (see newsletter.shared).
 
-READER_CODES = "envmu"
+READER_CODES = "envmua"
 """A reader's own values in a shared rendering: address (``e``), name (``n``), view (``v``),
-manage (``m``) and unsubscribe (``u``) links; marked ``HOLE_MARK + "r" + code``."""
+manage (``m``) and unsubscribe (``u``) links, and the page of papers a limit left out (``a``,
+in the archive); marked ``HOLE_MARK + "r" + code``."""
 
 DEFERRED: ContextVar[list[tuple[Callable[[str], str], str]] | None] = ContextVar(
     "newsletter_render_deferred", default=None

@@ -4,10 +4,14 @@
 Store's records (``PaperWrite``, ``EditionClaim``, ``LedgerOp``, ``EditionRecord``, ``RunRecord``,
 ``SourceState``) are here too, so callers need not import the store package for them.
 ORM rows never leave ``newsletter.store``; these types are what the rest of the code sees.
+
+One module past 500 lines: the design's module map keeps every domain type in one place, and
+most of the length is their fields' docstrings.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
 from enum import StrEnum
@@ -251,21 +255,85 @@ class DigestItem:
         return _remade, (type(self), _init_values(self))
 
 
+class Later:
+    """The ids of the good papers a section's limit alone left out, in their list's order,
+    worked out only when first asked (:attr:`ids`): counting them is cheap, listing them reads
+    the rest of the topic's list, which most uses never need (issue 44).
+
+    Two are equal when they are the same object or list the same ids; a copy (pickled, or
+    :meth:`of`) holds the ids themselves.
+    """
+
+    __slots__ = ("_ids", "_make")
+
+    def __init__(self, make: Callable[[], tuple[int, ...]]) -> None:
+        self._make: Callable[[], tuple[int, ...]] | None = make
+        self._ids: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, ids: tuple[int, ...]) -> Later:
+        """Ids known already (read back from an edition's layout)."""
+        later = cls(tuple)
+        later._ids, later._make = tuple(ids), None
+        return later
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The papers' ids, best first."""
+        if self._ids is None:
+            assert self._make is not None
+            self._ids, self._make = tuple(self._make()), None
+        return self._ids
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, Later) and self.ids == other.ids
+
+    def __hash__(self) -> int:
+        return hash(self.ids)
+
+    def __repr__(self) -> str:
+        return f"Later({self.ids!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Later.of, (self.ids,)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSection:
-    """The items of one topic in a digest (one section per topic, or one merged section)."""
+    """The items of one topic in a digest (one section per topic, or one merged section).
+
+    ``limit`` is how many it could show (the topic's ``max_items``, else the digest's; 0: not
+    known, as for a section built by hand or an edition recorded before it was kept) and
+    ``more`` how many good papers of its topic it left out only because of that limit: in the
+    topic's list, not sent to this reader before, not in another of their sections; ``later``
+    lists them (``None`` when ``more`` is 0). What the digest says of them: :attr:`quiet`, and
+    "``more`` more in the archive".
+    """
 
     name: str
     title: str
     items: tuple[DigestItem, ...]
+    limit: int = 0
+    more: int = 0
+    later: Later | None = None
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        # The key of a section's cached rendering (``once(section, ...)``): hashed once.
-        object.__setattr__(self, "_hash", hash((self.name, self.title, self.items)))
+        # The key of a section's cached rendering (``once(section, ...)``): hashed once. Not
+        # ``later``: its ids are listed only when two sections alike in all else meet.
+        key = (self.name, self.title, self.items, self.limit, self.more)
+        object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:
         return self._hash
+
+    @property
+    def quiet(self) -> bool:
+        """A thin day for this topic: some papers, fewer than the section could show, and
+        none left out ("3 papers today in GPU kernels: a quiet day")."""
+        return 0 < len(self.items) < self.limit and not self.more
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _remade, (type(self), _init_values(self))

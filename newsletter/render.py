@@ -71,7 +71,7 @@ from newsletter.inline import (
     to_references,
 )
 from newsletter.latex import to_text
-from newsletter.models import MAX_AUTHOR_CHARS, Digest, DigestItem, clip
+from newsletter.models import MAX_AUTHOR_CHARS, Digest, DigestItem, TopicSection, clip
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,10 @@ class DigestLinks:
     view: str | None = None
     feedback: FeedbackUrls | None = None
     """Per-item feedback links; without it the digest shows none."""
+    more: str | None = None
+    """The page listing, per section, the papers its limit left out (``{view}/more``): a
+    section's "3 more in the archive" links to it (``#more-{section}``); without it the note
+    is not a link."""
     by_mail: bool = False
     """``manage`` and ``unsubscribe`` both lead to a page that mails the reader fresh links (a
     "view in browser" page older than those links' 90 days): the footer says so, rather than
@@ -177,6 +181,7 @@ def make_environment(
     env.filters["url"] = deferring(_memo(safe_url))
     env.globals["once"] = Fragments()
     env.globals["feedback"] = feedback_link
+    env.globals["section_note"] = section_note
     env.filters["thousands"] = thousands
     env.filters["emphasis"] = _memo(emphasis)
     return env
@@ -282,6 +287,19 @@ def summary_line(digest: Digest) -> str:
     if count == 0:
         return f"Nothing new in {topics or 'your topics'} today"
     return f"{count} new {noun} in {topics}"
+
+
+def section_note(section: TopicSection) -> str:
+    """What a section says under its papers (issue 44): "3 papers today in GPU kernels: a
+    quiet day" when it had room for more and nothing was left out, "5 more in the archive"
+    when its limit left good papers out, else nothing. A section without papers says nothing
+    here: the digest's "Nothing strong in ... today" line names it."""
+    n = len(section.items)
+    if section.quiet:
+        return f"{n} {'paper' if n == 1 else 'papers'} today in {section.title}: a quiet day"
+    if section.more and n:
+        return f"{section.more} more in the archive"
+    return ""
 
 
 def _topics(digest: Digest) -> str:

@@ -1,8 +1,9 @@
 """One rendering of a digest for every reader with the same sections, cut at each reader's values.
 
 Readers who follow the same topics and have not voted get the same sections, so the same
-message but for their address, their name, their view, manage and unsubscribe links and the
-prefix of their more/less links (which holds their digest token). :func:`render_shared`
+message but for their address, their name, their view, manage and unsubscribe links, the
+page of the papers a limit left out, and the prefix of their more/less links (which holds their
+digest token). :func:`render_shared`
 renders the message once with a mark in place of each such value
 (:func:`~newsletter.fragments.reader_mark`; the links' prefix is
 :data:`~newsletter.fragments.PREFIX_HOLE`) and cuts it into text and
@@ -136,7 +137,7 @@ def share_key(renderer: Renderer, digest: Digest, links: DigestLinks) -> tuple[o
     if not shares(renderer) or (feedback is not None and not feedback.shared_ends):
         return None
     sub = digest.subscriber
-    own = (sub.email, sub.name, links.view, links.manage, links.unsubscribe)
+    own = (sub.email, sub.name, links.view, links.manage, links.unsubscribe, links.more)
     return (
         digest.sections,
         digest.topic_titles,
@@ -167,6 +168,7 @@ def render_shared(renderer: Renderer, digest: Digest, links: DigestLinks) -> Sha
             view=links.view and reader_mark("v"),
             manage=links.manage and reader_mark("m"),
             unsubscribe=links.unsubscribe and reader_mark("u"),
+            more=links.more and reader_mark("a"),
         ),
     )
     feedback = links.feedback
@@ -190,6 +192,7 @@ def reader_values(
         "v": links.view or "",
         "m": links.manage,
         "u": links.unsubscribe,
+        "a": links.more or "",
     }
     prefix = links.feedback.prefix if links.feedback is not None else ""
     return shared.values(raw, html_link_prefix(prefix), prefix)

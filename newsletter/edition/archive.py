@@ -127,7 +127,41 @@ def ranked_again(
         items = tuple(DigestItem(p, "", 0.0, "in this edition") for p in rest)
         sections.append(TopicSection("more", "Also in this edition", items))
     titles = tuple(settings.topic(t).label for t in sub.topics if t in ranker.topics)
-    return Digest(sub, record.edition_date, tuple(s for s in sections if s.items), titles)
+    # No notes: the mail's limits and what they left out are not known again (issue 44).
+    kept = tuple(TopicSection(s.name, s.title, s.items) for s in sections if s.items)
+    return Digest(sub, record.edition_date, kept, titles)
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """What a sent edition's limits left out, per section: the page its "3 more in the
+    archive" notes link (issue 44). Papers as stored now, in the order their topic's list
+    had them when the digest was made."""
+
+    subscriber: Subscriber
+    edition_date: date
+    sections: tuple[tuple[TopicSection, tuple[Paper, ...]], ...]
+
+
+def left_out(store: StoreProtocol, subscriber_id: int, edition_date: date) -> LeftOut | None:
+    """The papers the edition's sections left out because of their limits, as its layout
+    recorded them, or ``None`` when no such edition was delivered. An edition sent before
+    the layouts kept them has none to show (its mail said nothing of them)."""
+    sub = store.subscriber_by_id(subscriber_id)
+    record = store.edition_for(subscriber_id, edition_date)
+    if sub is None or record is None or not record.status.delivered:
+        return None
+    layout = read_layout(store.edition_layout(record.id))
+    laid = [s for s in layout.sections if s.later] if layout is not None else []
+    papers = store.papers_by_ids(p for s in laid for p in s.later)
+    sections = tuple(
+        (
+            TopicSection(s.name, s.title, (), s.limit, len(s.later)),
+            tuple(papers[p] for p in s.later if p in papers),
+        )
+        for s in laid
+    )
+    return LeftOut(sub, edition_date, sections)
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,6 +182,7 @@ class EditionBuilder:
             unsubscribe=f"{base}/unsubscribe/{unsub}",
             manage=f"{base}/manage/{manage}",
             view=f"{base}/archive/view/{view}",
+            more=f"{base}/archive/view/{view}/more",
             feedback=self.votes.for_digest(view),
         )
 

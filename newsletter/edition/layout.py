@@ -11,11 +11,14 @@ the digest to render again, with the papers as stored.
 The text holds ids and short strings, never HTML::
 
     {"v":1,"t":["GPU kernels","LLM serving"],
-     "s":[["gpu-kernels","GPU kernels",[[412,"title: *CUDA*",31,2],[87,"abstract: *GEMM*"]]],
-          ["llm-serving","LLM serving",[]]]}
+     "s":[["gpu-kernels","GPU kernels",[[412,"title: *CUDA*",31,2],[87,"abstract: *GEMM*"]],
+           2,[93,105,7]],
+          ["llm-serving","LLM serving",[],10]]}
 
 ``v`` the format, ``t`` the header's topic titles, ``s`` the sections (an empty one is a
-topic that was quiet that day) as name, title and items. An item is the paper's id, the
+topic that was quiet that day) as name, title and items, then the section's limit and the ids
+of the good papers that limit alone left out (issue 44: "a quiet day", "3 more in the
+archive"), each left out from the end when empty (0, none). An item is the paper's id, the
 reason, then the upvotes, comments and code stars its card showed and the item's topic, each
 left out from the end when empty (the topic when it is the section's). ``"g":0`` marks a
 merged digest (``digest.group_by_topic: false`` at the send).
@@ -34,7 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
-from newsletter.models import Digest, DigestItem, Paper, Subscriber, TopicSection
+from newsletter.models import Digest, DigestItem, Later, Paper, Subscriber, TopicSection
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +63,14 @@ class LaidItem:
 @dataclass(frozen=True, slots=True)
 class LaidSection:
     """One section of a mailed digest: its topic's name and title, its items in order (none:
-    the topic was quiet that day)."""
+    the topic was quiet that day), how many it could show (0: not recorded) and the papers
+    that limit left out (their ids)."""
 
     name: str
     title: str
     items: tuple[LaidItem, ...]
+    limit: int = 0
+    later: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +111,8 @@ class Layout:
                 for i in s.items
                 if i.paper_id in papers
             )
-            sections.append(TopicSection(s.name, s.title, items))
+            later = Later.of(s.later) if s.later else None
+            sections.append(TopicSection(s.name, s.title, items, s.limit, len(s.later), later))
         return Digest(subscriber, edition_date, tuple(sections), self.topic_titles, self.note)
 
 
@@ -130,7 +137,12 @@ def _item(item: DigestItem, section: str) -> list[Any]:
 
 def _section(section: TopicSection) -> str:
     items = [_item(i, section.name) for i in section.items]
-    return _dumps([section.name, section.title, items])
+    out: list[Any] = [section.name, section.title, items]
+    if section.limit or section.later is not None:
+        out.append(section.limit)
+    if section.later is not None:
+        out.append(list(section.later.ids))
+    return _dumps(out)
 
 
 class Layouts:
@@ -186,10 +198,18 @@ def _read_item(raw: object, section: str) -> LaidItem:
 
 
 def _read_section(raw: object) -> LaidSection:
-    if not isinstance(raw, list) or len(raw) != 3 or not isinstance(raw[2], list):
+    if not isinstance(raw, list) or not 3 <= len(raw) <= 5 or not isinstance(raw[2], list):
         raise ValueError(f"not a section: {raw!r}")
     name = _str(raw[0])
-    return LaidSection(name, _str(raw[1]), tuple(_read_item(i, name) for i in raw[2]))
+    items = tuple(_read_item(i, name) for i in raw[2])
+    limit = _count(raw[3]) if len(raw) > 3 else 0
+    later = raw[4] if len(raw) > 4 else []
+    if not isinstance(later, list):
+        raise ValueError(f"not a list of papers: {later!r}")
+    ids = tuple(_count(p) for p in later)
+    if None in ids:
+        raise ValueError("a paper left out without an id")
+    return LaidSection(name, _str(raw[1]), items, limit or 0, ids)  # type: ignore[arg-type]
 
 
 def read_layout(text: str | None) -> Layout | None:

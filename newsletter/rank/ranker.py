@@ -12,6 +12,7 @@ the rules (:mod:`.rules`), the paper index (:mod:`.index`), the scorer and fusio
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -21,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import TopicSettings
-from newsletter.models import DigestItem, Paper, TopicSection, is_own_topic
+from newsletter.models import DigestItem, Later, Paper, TopicSection, is_own_topic
 from newsletter.rank.explain import Explainer, Explanation, with_like
 from newsletter.rank.index import Documents, PaperIndex
+from newsletter.rank.listing import Listing, left_out_ids, union_held, union_size
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
 from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
 from newsletter.rank.score import (
@@ -255,19 +257,20 @@ class Ranker:
         topic_name: str,
         prefs: Sequence[Vote],
         memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] | None = None,
+        listing: Listing | None = None,
     ) -> Iterator[DigestItem]:
         """A topic's list for one reader whose votes touch it, best first (lazily).
 
         Rocchio: the topic's relevance plus the paper's cosine with the reader's profile
         ``β·c(more) − γ·c(less)``, in units of the topic's best keyword match today; then the
         same filters, cut and trending as the shared list. ``memo`` shares profiles between the
-        reader's topics.
+        reader's topics; ``listing`` learns which list it is, before the first item.
         """
         mine = [v for v in prefs if v.topic in (None, topic_name)][:MAX_VOTES]
         more = tuple(v.paper_key for v in mine if v.value > 0)
         less = tuple(v.paper_key for v in mine if v.value < 0)
         if self.meaning is not None:
-            yield from self._reader_meaning(topic_name, more, less)
+            yield from self._reader_meaning(topic_name, more, less, listing)
             return
         if self.space is None:
             yield from self._pool_order[topic_name]
@@ -285,10 +288,12 @@ class Ranker:
         rel = self._relevance[i] + scale * total * self._passes[i]
         score = reader_scores(rel, self.topics[topic_name].min_score, self.index.boost)
         if score is None:
+            if listing is not None:
+                listing.scored(None)
             return
         papers_t = self.index.papers
         lexical = self._lexical[i]
-        for j in self._best_first(score):
+        for j in self._best_first(score, listing=listing):
             reason = self.explainer.cached_reason(topic_name, j)
             if more:
                 like_part = scale * self.space.liked(more_part, j)
@@ -299,7 +304,11 @@ class Ranker:
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
 
     def _reader_meaning(
-        self, topic_name: str, more: tuple[str, ...], less: tuple[str, ...]
+        self,
+        topic_name: str,
+        more: tuple[str, ...],
+        less: tuple[str, ...],
+        listing: Listing | None = None,
     ) -> Iterator[DigestItem]:
         """:meth:`reader_items` with semantic ranking: the reader's votes move the topic's
         query in the same space (Rocchio, :meth:`MeaningSpace.reader_query`), and the papers
@@ -324,10 +333,12 @@ class Ranker:
         rel = (words + meant) * admitted[0]
         score = reader_scores(rel, topic.min_score, self.index.boost)
         if score is None:
+            if listing is not None:
+                listing.scored(None)
             return
         papers_t = self.index.papers
         gained = meant - self._fused.meant[i]  # what the votes moved
-        for j in self._best_first(score):
+        for j in self._best_first(score, listing=listing):
             reason = self.explainer.cached_reason(topic_name, j)
             if more and gained[j] > 0 and gained[j] >= words[j]:
                 key = self.meaning.closest(more, j)
@@ -335,10 +346,14 @@ class Ranker:
                     reason = with_like(self.meaning.labels.get(key, key), reason)
             yield DigestItem(papers_t[j], topic_name, float(score[j]), reason)
 
-    def _best_first(self, score: FloatArray, first: int = 48) -> Iterator[int]:
+    def _best_first(
+        self, score: FloatArray, first: int = 48, *, listing: Listing | None = None
+    ) -> Iterator[int]:
         """Indices of positive scores, by score then paper key; the best ``first`` (ties
         included) are sorted before the rest, which are sorted only if someone reads on."""
         hits = np.flatnonzero(score > 0)
+        if listing is not None:
+            listing.scored(score, hits)
         if len(hits) > first:
             kth = -np.partition(-score[hits], first - 1)[first - 1]
             head, tail = hits[score[hits] >= kth], hits[score[hits] < kth]
@@ -347,6 +362,14 @@ class Ranker:
         keys = self._key_rank
         for part in (head, tail):
             yield from part[np.lexsort((keys[part], -score[part]))].tolist()
+
+    _ids_at: dict[int, int] | None = None
+
+    def _positions(self) -> dict[int, int]:
+        """Paper id → its position in the index (made on first use)."""
+        if self._ids_at is None:
+            self._ids_at = {p.id: j for j, p in enumerate(self.index.papers)}
+        return self._ids_at
 
     def _position(self, paper: Paper) -> int:
         for j, p in enumerate(self.index.papers):
@@ -382,6 +405,11 @@ class Ranker:
         list of at most ``max_items``, still honouring each topic's own ``max_items``. ``votes``
         (the reader's "more/less like this") reorder the topics they touch for this reader
         alone; without votes a reader gets exactly the shared lists.
+
+        Each section knows its ``limit`` and how many good papers of its topic that limit alone
+        left out (``more``: in the topic's list, not excluded, not in another section; merged,
+        in any of the lists), counted from the lists' sizes without reading them further, and
+        lists them only when asked (``later``).
         """
         names = tuple(n for n in dict.fromkeys(topic_names) if n in self.topics)
         excluded = exclude_ids if isinstance(exclude_ids, (set, frozenset)) else set(exclude_ids)
@@ -389,8 +417,11 @@ class Ranker:
             touched = {n for n in names if any(v.topic in (None, n) for v in votes)}
             if touched:
                 memo: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
-                mine = {n: self.reader_items(n, votes, memo) for n in touched}
-                return self._pick(names, frozenset(excluded), max_items, group_by_topic, mine)
+                listings = {n: Listing(self, n) for n in touched}
+                mine = {n: self.reader_items(n, votes, memo, listings[n]) for n in touched}
+                return self._pick(
+                    names, frozenset(excluded), max_items, group_by_topic, mine, listings
+                )
         # The result depends on the exclusions only through the papers these topics can offer.
         pools = [self._pool_ids[n] for n in names]
         relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
@@ -409,6 +440,7 @@ class Ranker:
         max_items: int,
         group_by_topic: bool,
         readers: dict[str, Iterator[DigestItem]] | None = None,
+        listings: dict[str, Listing] | None = None,
     ) -> tuple[TopicSection, ...]:
         # Each topic's list is already in pool order (score, then key), so a lazy k-way merge
         # yields the same sequence as sorting the whole pool, and stops as soon as every topic
@@ -446,9 +478,30 @@ class Ranker:
                 following = next(lists[k], None)
                 if following is not None:
                     heapq.heappush(heap, (-following.score, following.paper.key, k, following))
+        # What the limits left out (issue 44): a list's size less what it showed, what was
+        # excluded and what another section took; O(shown + excluded), the lists unread.
+        lists_of = [(listings or {}).get(n) or Listing(self, n) for n in names]
+        blocked = excluded | taken
         if group_by_topic:
-            return tuple(TopicSection(n, self.topics[n].label, tuple(chosen[n])) for n in names)
+            out = []
+            for n, listing in zip(names, lists_of, strict=True):
+                mine = chosen[n]
+                more = 0
+                if 0 < limits[n] == len(mine):  # a section with room left read its whole list
+                    own = {i.paper.id for i in mine}
+                    elsewhere = [p for p in taken if p not in own]
+                    more = listing.size - len(mine) - listing.held(excluded)
+                    more -= listing.held(elsewhere)
+                later = (
+                    Later(functools.partial(left_out_ids, (listing,), blocked)) if more else None
+                )
+                out.append(
+                    TopicSection(n, self.topics[n].label, tuple(mine), limits[n], more, later)
+                )
+            return tuple(out)
         merged = sorted(
             (i for n in names for i in chosen[n]), key=lambda i: (-i.score, i.paper.key)
         )
-        return (TopicSection("all", "Your topics", tuple(merged)),)
+        more = union_size(self, lists_of) - union_held(self, lists_of, blocked)
+        later = Later(functools.partial(left_out_ids, tuple(lists_of), blocked)) if more else None
+        return (TopicSection("all", "Your topics", tuple(merged), max_items, more, later),)

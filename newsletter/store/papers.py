@@ -143,6 +143,19 @@ class PaperStore(StoreBase):
                     out[r.key] = _paper(r, sources.get(r.id, ()))
         return out
 
+    def papers_by_ids(self, ids: Iterable[int]) -> dict[int, Paper]:
+        """The stored papers with these ids, with their sources; unknown ids are left out."""
+        wanted = list(dict.fromkeys(ids))
+        out: dict[int, Paper] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                rows = conn.execute(select(t.papers).where(t.papers.c.id.in_(chunk))).all()
+                sources = self._sources_for(conn, [r.id for r in rows])
+                for r in rows:
+                    out[r.id] = _paper(r, sources.get(r.id, ()))
+        return out
+
     def _sources_for(self, conn: Connection, ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
         found: dict[int, list[str]] = {}
         for start in range(0, len(ids), 500):

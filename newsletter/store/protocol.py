@@ -122,6 +122,10 @@ class Papers(PaperReads, Protocol):
         """The papers a sent edition carried, in digest order, with their sources."""
         ...
 
+    def papers_by_ids(self, ids: Iterable[int]) -> dict[int, Paper]:
+        """The stored papers with these ids, with their sources; unknown ids are left out."""
+        ...
+
     def edition_layout(self, edition_id: int) -> str | None:
         """What a sent edition showed besides its papers (``editions.layout``), or ``None``
         (not sent, or sent before layouts were recorded)."""

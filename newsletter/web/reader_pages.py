@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import masked_address
+from newsletter.edition.archive import left_out
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.feedback import Ballot, DigestVote, FeedbackError, VoteLinks
 from newsletter.models import Subscriber
@@ -254,6 +255,7 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
         links = DigestLinks(
             unsubscribe=ask if own is None else own.unsubscribe,
             manage=ask if own is None else own.manage,
+            more=f"{base}/archive/view/{token}/more",  # as the mail's notes link it
             # The more/less links carry this page's own token: they expire with it.
             feedback=VoteLinks(base).for_digest(token),
             by_mail=own is None,  # the footer says what the link does
@@ -266,6 +268,27 @@ def archive_view(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
     response = HTMLResponse(html)
     response.headers["Content-Security-Policy"] = CSP_DIGEST
     return response
+
+
+@router.get("/archive/view/{token}/more", response_class=HTMLResponse)
+def archive_view_more(token: str, ctx: WebContext = Ctx) -> HTMLResponse:
+    """What a sent digest's limits left out, per section: where its "3 more in the archive"
+    notes lead (issue 44)."""
+    try:
+        sub, day, _ = ctx.service.view_for(token)
+    except TokenError as e:
+        return token_problem(ctx, e, "view-in-browser")
+    found = None if sub is None else left_out(ctx.store, sub.id, day)
+    if found is None:
+        return message(ctx, "No such digest", "This digest is not in the archive.", 404)
+    base = ctx.config.settings.sender.base_url
+    return page(
+        ctx,
+        "archive_more.html",
+        found=found,
+        view=f"{base}/archive/view/{token}",
+        label=f"{day:%A}, {day:%B} {day.day}, {day.year}",
+    )
 
 
 @router.get("/archive/view/{token}/links", response_class=HTMLResponse)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from newsletter.edition.layout import Layouts, read_layout
-from newsletter.models import Digest, DigestItem, Paper, TopicSection
+from newsletter.models import Digest, DigestItem, Later, Paper, TopicSection
 from newsletter.render import Renderer
 from tests import digests
 
@@ -24,8 +24,7 @@ def _without_scores(d: Digest) -> Digest:
     return replace(
         d,
         sections=tuple(
-            TopicSection(s.name, s.title, tuple(replace(i, score=0.0) for i in s.items))
-            for s in d.sections
+            replace(s, items=tuple(replace(i, score=0.0) for i in s.items)) for s in d.sections
         ),
     )
 
@@ -122,3 +121,45 @@ def test_no_layout_is_none_quietly(caplog: pytest.LogCaptureFixture) -> None:
     assert read_layout(None) is None and read_layout("") is None
     assert caplog.text == ""
     assert json.loads(Layouts().layout(digests.empty_digest()))["s"] == []
+
+
+def test_a_sections_limit_and_the_papers_it_left_out_come_back_and_render_the_same() -> None:
+    """A thin topic's "a quiet day" and a cut one's "N more in the archive" (issue 44) are
+    recorded: the section's limit and the ids of the papers the limit left out."""
+    papers = digests.papers()
+    cut = TopicSection(
+        "gpu-kernels",
+        "GPU kernels",
+        tuple(DigestItem(p, "gpu-kernels", 1.0, "why") for p in papers[:2]),
+        limit=2,
+        more=3,
+        later=Later.of(tuple(p.id for p in papers[2:5])),
+    )
+    quiet = TopicSection(
+        "llm", "LLM serving", (DigestItem(papers[5], "llm", 1.0, "why"),), limit=10
+    )
+    mailed = Digest(digests.subscriber(), digests.EDITION, (cut, quiet), ("GPU kernels", "LLM"))
+    text = Layouts().layout(mailed)
+    layout = read_layout(text)
+    assert layout is not None
+    assert [(s.limit, s.later) for s in layout.sections] == [
+        (2, tuple(p.id for p in papers[2:5])),
+        (10, ()),
+    ]
+    back = layout.digest(mailed.subscriber, mailed.edition_date, _papers(mailed))
+    assert back == _without_scores(mailed)
+    renderer = Renderer(digests.settings())
+    links = digests.links()
+    again, first = renderer.render(back, links), renderer.render(mailed, links)
+    assert again == first
+    for part in (first.html, first.text):
+        flat = " ".join(part.split())
+        assert "1 paper today in LLM serving: a quiet day" in flat
+        assert "3 more in the archive" in flat
+    # A layout written before limits were recorded reads as before: no notes.
+    old = read_layout(
+        text.replace(",2,[" + ",".join(str(p.id) for p in papers[2:5]) + "]", "").replace(
+            ",10]", "]"
+        )
+    )
+    assert old is not None and [(s.limit, s.later) for s in old.sections] == [(0, ()), (0, ())]

@@ -494,7 +494,7 @@ def test_top_n_breaks_ties_at_the_cut_by_paper_order() -> None:
 def test_scoring_with_no_papers_or_no_keywords_is_empty() -> None:
     empty = Ranker([topic(keywords=["MoE"])], [], NOW)
     assert empty.ranked["t"] == () and empty.sections(["t"]) == (
-        empty.sections(["t"])[0].__class__("t", "T", ()),
+        empty.sections(["t"])[0].__class__("t", "T", (), 10),
     )
     counts = Counter(tokenize("a b a"))
     assert counts["a"] == 2

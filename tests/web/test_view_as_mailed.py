@@ -53,7 +53,8 @@ class Shape:
     head: tuple[str, ...]
     """The header line, the date and the topic labels."""
     body: tuple[tuple[str, ...], ...]
-    """Section titles with counts, each card (its text and its paper's links), quiet lines."""
+    """Section titles with counts, each card (its text and its paper's links), quiet lines,
+    each section's note (a quiet day, or how many more are in the archive)."""
     foot: str
 
 
@@ -68,7 +69,8 @@ def shape(html: str, address: str) -> Shape:
     )
     body: list[tuple[str, ...]] = []
     blocks = (
-        '//td[contains(@class, "section") or contains(@class, "card") or contains(@class, "empty")]'
+        '//td[contains(@class, "section") or contains(@class, "card") or contains(@class, "empty")'
+        ' or contains(@class, "note")]'
     )
     for td in doc.xpath(blocks):
         kind = td.get("class").split()[0]
@@ -135,6 +137,8 @@ def test_every_demo_readers_view_page_is_the_digest_mailed(
         grace = shape(digests["grace@example.org"][1], "grace@example.org")
         assert grace.head[0] == "12 new papers in GPU kernels, LLM serving"
         assert ("section", "GPU kernels · 8") in grace.body
+        # A thin topic says so (issue 44): the page shows the mail's note too.
+        assert ("note", "4 papers today in LLM serving: a quiet day") in grace.body
         assert "Also in this edition" not in pages["grace@example.org"].text
         assert "as it was mailed" not in pages["grace@example.org"].text  # no note: all kept
 
@@ -219,7 +223,7 @@ def test_an_edition_sent_before_digests_were_recorded_is_ranked_again_and_says_s
 
 
 SEEN = """() => Array.from(document.querySelectorAll(
-    '.h1, .date, .pill, td.section, td.card, td.empty')).map(e => e.innerText)"""
+    '.h1, .date, .pill, td.section, td.card, td.empty, td.note')).map(e => e.innerText)"""
 """What a reader sees of a digest in the browser, block by block (its footer aside)."""
 
 
