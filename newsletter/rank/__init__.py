@@ -59,8 +59,8 @@ from newsletter.rank.rules import (
 from newsletter.rank.score import (
     AUTHOR_SCORE,
     CATEGORY_SCORE,
-    MIN_EVIDENCE,
     DEFAULT_FUSION,
+    MIN_EVIDENCE,
     RELATIVE_CUT,
     Fusion,
     filter_masks,

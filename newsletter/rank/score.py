@@ -287,7 +287,9 @@ def fuse_all(
     a = fusion.alpha
     rounds = 2 if fusion.feedback_docs > 0 else 1
     for round_ in range(rounds):
-        anchors = anchors_of(meaning.similarity, matched & passes, meaning) if fusion.anchored else None
+        anchors = (
+            anchors_of(meaning.similarity, matched & passes, meaning) if fusion.anchored else None
+        )
         share, admitted = meaning_parts(meaning.similarity, passes, matched, fusion, anchors)
         fused = (a * lexical + (1.0 - a) * share) * admitted
         if round_ + 1 < rounds:

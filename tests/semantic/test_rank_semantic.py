@@ -109,7 +109,9 @@ def test_a_paper_with_no_keyword_but_a_strong_meaning_is_shown_and_says_why() ->
     assert reason.startswith(f"close in meaning to GNN systems (GNN, {sim:.2f})")
     lines = ranker.explain(ranker.ranked["gnn-systems"][1]).lines()
     assert any(f"similarity {sim:.2f} to GNN systems; nearest: GNN" in line for line in lines)
-    assert any(line.startswith("relevance ") and "= words 0.000 + meaning" in line for line in lines)
+    assert any(
+        line.startswith("relevance ") and "= words 0.000 + meaning" in line for line in lines
+    )
     # The lexical ranker alone does not show it.
     assert gap.key not in [i.paper.key for i in Ranker(t, papers, NOW).ranked["gnn-systems"]]
 

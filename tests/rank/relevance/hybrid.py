@@ -111,9 +111,10 @@ def semantic_rankings(
     part, no candidates, no feedback."""
     ranker = Ranker(topics, pool, ev.NOW)
     keys = [p.key for p in ranker.index.papers]
-    similarity = vectors([topic_text(t) for t in topics]) @ vectors(
-        [paper_text(p) for p in ranker.index.papers]
-    ).T
+    similarity = (
+        vectors([topic_text(t) for t in topics])
+        @ vectors([paper_text(p) for p in ranker.index.papers]).T
+    )
     out = {}
     for i, t in enumerate(topics):
         order = np.lexsort((keys, -similarity[i]))
