@@ -115,7 +115,7 @@ def left_out_ids(lists: Sequence[Listing], blocked: Collection[int]) -> tuple[in
             paper = r.index.papers[j]
             if paper.id in blocked:
                 continue
-            score = round(float(row[j]), 6) if listing.score is None else float(row[j])
+            score = float(np.round(row[j], 6)) if listing.score is None else float(row[j])
             if paper.id not in best or -score < best[paper.id][0]:
                 best[paper.id] = (-score, paper.key)
     return tuple(sorted(best, key=best.__getitem__))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Later, Paper, TopicSection, is_own_topic
 from newsletter.rank.explain import Explainer, Explanation, with_like
 from newsletter.rank.index import Documents, PaperIndex
+from newsletter.rank.items import ItemsInOrder, PoolIds, RankedItems
 from newsletter.rank.listing import Listing, left_out_ids, union_held, union_size
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
 from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
@@ -49,51 +50,6 @@ FloatArray = npt.NDArray[np.float64]
 
 SECTIONS_CACHE = 8192
 """Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
-
-
-class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
-    """Topic → its items best first; each item (reason included) made once, on first use."""
-
-    def __init__(self, ranker: Ranker, orders: dict[str, list[int]]) -> None:
-        self._ranker = ranker
-        self._orders = orders
-        self._made: dict[tuple[str, int], DigestItem] = {}
-
-    def item(self, topic_name: str, j: int) -> DigestItem:
-        """The topic's item for paper ``j`` (the index's position)."""
-        found = self._made.get((topic_name, j))
-        if found is None:
-            r = self._ranker
-            score = round(float(r.scores[r._order[topic_name]][j]), 6)
-            reason = r.explainer.cached_reason(topic_name, j)
-            found = DigestItem(r.index.papers[j], topic_name, score, reason)
-            self._made[topic_name, j] = found
-        return found
-
-    def __getitem__(self, topic_name: str) -> tuple[DigestItem, ...]:
-        return tuple(self.item(topic_name, j) for j in self._orders[topic_name])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._orders)
-
-    def __len__(self) -> int:
-        return len(self._orders)
-
-
-class _ItemsInOrder:
-    """One topic's items in the order sections() merges them, made as far as it reads."""
-
-    __slots__ = ("_items", "_name", "_order")
-
-    def __init__(self, items: RankedItems, name: str, order: list[int]) -> None:
-        self._items = items
-        self._name = name
-        self._order = order
-
-    def __iter__(self) -> Iterator[DigestItem]:
-        item, name = self._items.item, self._name
-        for j in self._order:
-            yield item(name, j)
 
 
 class Ranker:
@@ -231,23 +187,22 @@ class Ranker:
         # asks for the first dozen of each topic, not for the thousands of matches.
         shown: dict[str, list[int]] = {}
         pool: dict[str, list[int]] = {}
+        keys = self._key_rank
         for i, topic in enumerate(topics):
             row = self.scores[i]
-            hits = [int(j) for j in np.flatnonzero(row > 0)]
-            shown[topic.name] = sorted(
-                hits, key=lambda j: (-round(float(row[j]), 9), papers_t[j].key)
-            )
-            pool[topic.name] = sorted(
-                hits, key=lambda j: (-round(float(row[j]), 6), papers_t[j].key)
-            )
+            hits = np.flatnonzero(row > 0)
+            if not len(hits):
+                shown[topic.name] = pool[topic.name] = []
+                continue
+            values, ranks = row[hits], keys[hits]
+            shown[topic.name] = hits[np.lexsort((ranks, -np.round(values, 9)))].tolist()
+            pool[topic.name] = hits[np.lexsort((ranks, -np.round(values, 6)))].tolist()
         self.ranked = RankedItems(self, shown)
         """Each topic's items, best first (made on first look)."""
         self._pool_order = {
-            name: _ItemsInOrder(self.ranked, name, order) for name, order in pool.items()
+            name: ItemsInOrder(self.ranked, name, order) for name, order in pool.items()
         }
-        self._pool_ids = {
-            name: frozenset(papers_t[j].id for j in order) for name, order in pool.items()
-        }
+        self._pool_ids = PoolIds(papers_t, pool)
         # Readers with the same topics (and the same already-sent papers among them) get the
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
