@@ -65,7 +65,7 @@ bench: $(STAMP_DEV)
 # After changing templates/digest.html: its CSS inlined once more into templates/digest.inlined.html
 # (shipped, so that a send with the shipped template needs no premailer; tests fail while stale).
 templates: $(STAMP_DEV)
-	$(BIN)/python -m newsletter.inline templates
+	$(BIN)/python -m newsletter.digest.inline_css templates
 
 clean:
 	rm -rf $(VENV) var

@@ -49,7 +49,7 @@ def sink_main(port_file: str) -> None:
 
     from aiosmtpd.controller import Controller
 
-    from newsletter.sink import free_port
+    from newsletter.operations.smtp_sink import free_port
 
     class Discard:
         async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
@@ -116,7 +116,7 @@ def write_config(tmp: Path, port: int, db: Path) -> Path:
 def seed(config_path: Path, n: int) -> None:
     """A migrated database with fetched papers and ``n`` active subscribers (bulk inserted)."""
     from newsletter.config import load_config
-    from newsletter.ingest import run_fetch
+    from newsletter.sources.ingest import run_fetch
     from newsletter.store import Store
     from newsletter.store import tables as t
 

@@ -1,6 +1,6 @@
 """Ingesting a 5,000-entry arXiv listing feed into SQLite.
 
-Fast path: the whole ingest of :mod:`newsletter.ingest` for one source (read the file through
+Fast path: the whole ingest of :mod:`newsletter.sources.ingest` for one source (read the file through
 the fetcher, parse with feedparser, normalize, diff against the store, batched upsert). Baseline
 ("the limit"): ``feedparser.parse`` of the same bytes alone, in the same run. Target: the whole
 ingest within 1.5x of feedparser's parse. Then the same feed is ingested again unchanged, and the
@@ -24,7 +24,7 @@ from sqlalchemy import event
 
 from bench import summary
 from newsletter.config import load_config
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 
 FEEDS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "feeds"
@@ -116,8 +116,8 @@ def measure(n: int, repeat: int) -> dict[str, float]:
 
 def measure_upsert(body: bytes, tmp: Path) -> tuple[float, float]:
     """The store step alone: batched ``write_papers`` against one statement per row."""
-    from newsletter.ingest import decide
     from newsletter.sources import arxiv_rss
+    from newsletter.sources.ingest import decide
     from newsletter.store import tables as t
     from newsletter.store.papers import _paper_row
 

@@ -1,6 +1,6 @@
 """Rendering and building one digest message: the per-subscriber cost of an edition.
 
-Fast path: :class:`newsletter.render.Renderer` (the template's CSS inlined once when the renderer
+Fast path: :class:`newsletter.digest.render.Renderer` (the template's CSS inlined once when the renderer
 is built; per message a Jinja render of the HTML and the text part, with per-paper values
 memoized) and :func:`newsletter.deliver.build_message` (hand-assembled MIME,
 :mod:`newsletter.deliver.mime`). Naive path, in the same run: render, then ``premailer.transform`` on
@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 
 from bench import summary
 from newsletter.deliver import build_message
+from newsletter.digest.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.models import Digest
-from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from tests import digests as D
 
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)

@@ -41,7 +41,7 @@ from bench import summary
 from bench.bench_rank import make_papers, make_vocabulary
 from newsletter.clock import utcnow
 from newsletter.config import load_config
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.text import phrase_terms
@@ -321,7 +321,7 @@ def one_message(config: Path) -> bytes:
 STAGES = (
     ("papers, ranker, templates (once per run)", "build.py", "__init__"),
     ("rank (per subscriber)", "rank/ranker.py", "sections"),
-    ("render (HTML + text)", "render.py", "render"),
+    ("render (HTML + text)", "digest/render.py", "render"),
     ("build the MIME message", "message.py", "build_message"),
     ("SMTP hand-off", "smtp.py", "send"),
     ("ledger: claim", "ledger.py", "claim_editions"),

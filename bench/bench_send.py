@@ -80,7 +80,7 @@ class Sink:
     ) -> None:
         """``module`` (``bench.smtp_counter`` or ``bench.relay_sim``) on a free port, with
         ``args`` (default: the aiosmtpd sink unless ``NEWSLETTER_BENCH_SINK=counter``)."""
-        from newsletter.sink import free_port
+        from newsletter.operations.smtp_sink import free_port
 
         self.port = free_port()
         self.stats = tmp / f"{name}.sink.json"
@@ -238,10 +238,15 @@ def embed_main(config_path: str, rows: str) -> None:
     try:
         if services.vectors.problem:
             return
-        try:  # where a fetch embeds: fetch_run.py since its rename, runs.py before
-            module = importlib.import_module("newsletter.fetch_run")
-        except ImportError:
-            module = importlib.import_module("newsletter.runs")
+        # where a fetch embeds: runs/fetch.py since issue 46, fetch_run.py before, and
+        # runs.py before its rename (bench compares with older commits)
+        for name in ("newsletter.runs.fetch", "newsletter.fetch_run", "newsletter.runs"):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if hasattr(module, "embed_new"):
+                break
         module.embed_new(services, utcnow())
         with services.store.engine.connect() as conn:
             got = [dict(r._mapping) for r in conn.execute(t.embeddings.select())]
@@ -616,13 +621,38 @@ STAGES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("newsletter.rank:Ranker.__init__",), RANK),
     (("newsletter.rank:Ranker.sections",), RANK),
     (("newsletter.edition:EditionBuilder.links",), LINKS),
-    (("newsletter.feedback:VoteLinks.tail", "newsletter.feedback:FeedbackLinks.tail"), LINKS),
     (
-        ("newsletter.feedback:DigestVoteLinks.token", "newsletter.feedback:ReaderLinks.token"),
+        (
+            "newsletter.subscribe.votes:VoteLinks.tail",
+            "newsletter.feedback:VoteLinks.tail",
+            "newsletter.subscribe.votes:FeedbackLinks.tail",
+            "newsletter.feedback:FeedbackLinks.tail",
+        ),
         LINKS,
     ),
-    (("newsletter.render:Renderer.__init__",), RENDER),
-    (("newsletter.render:Renderer.render",), RENDER),
+    (
+        (
+            "newsletter.subscribe.votes:DigestVoteLinks.token",
+            "newsletter.feedback:DigestVoteLinks.token",
+            "newsletter.subscribe.votes:ReaderLinks.token",
+            "newsletter.feedback:ReaderLinks.token",
+        ),
+        LINKS,
+    ),
+    (
+        (
+            "newsletter.digest.render:Renderer.__init__",
+            "newsletter.render:Renderer.__init__",
+        ),
+        RENDER,
+    ),
+    (
+        (
+            "newsletter.digest.render:Renderer.render",
+            "newsletter.render:Renderer.render",
+        ),
+        RENDER,
+    ),
     (("newsletter.edition:EditionBuilder.envelope",), MIME),
     (("newsletter.edition.build:SharedMessages.envelope",), SHARED),
     (("newsletter.deliver.smtp:SmtpMailer.send", "newsletter.deliver:SmtpMailer.send"), SMTP),

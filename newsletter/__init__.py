@@ -1,4 +1,8 @@
-"""newsletter: a self-hosted daily digest of trending research papers, per subscriber topic."""
+"""newsletter: a self-hosted daily digest of trending research papers, per subscriber topic.
+
+The loose modules here are the domain core (models, errors, clock, text, identity, addresses,
+logs): they import only each other. Every package says in its docstring what it may import.
+"""
 
 import os
 import time

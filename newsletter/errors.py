@@ -23,13 +23,13 @@ was one, chains its cause (``raise ... from e``)::
     ├── SnsError             an Amazon SNS message cannot be authenticated (bounces.sns)
     ├── TokenError           a link's token is tampered with, expired or for another purpose
     │   └── LinkUsed         a confirmation link was used already (newsletter.subscribe)
-    ├── ImportFileError      a subscriber CSV cannot be read at all (newsletter.importer)
-    ├── UnreadableMail       a received mail is nested too deeply to read (newsletter.inbound)
+    ├── ImportFileError      a subscriber CSV cannot be read at all (newsletter.subscriber_lists.csv_import)
+    ├── UnreadableMail       a received mail is nested too deeply to read (newsletter.operations.inbound_mail)
     └── SubscriberError      an address or subscriber command is invalid
         ├── InvalidAddress   an address cannot be used (newsletter.addresses)
         ├── InvalidRequest   a field of a subscription request is invalid (newsletter.subscribe)
-        ├── OwnTopicRefused  a reader's own topic cannot be saved as given (newsletter.own_topics)
-        └── FeedbackError    a vote names an unknown paper or subscriber (newsletter.feedback)
+        ├── OwnTopicRefused  a reader's own topic cannot be saved as given (newsletter.subscribe.own_topics)
+        └── FeedbackError    a vote names an unknown paper or subscriber (newsletter.subscribe.votes)
 
 ``RelayError`` is not a ``DeliveryError``: one message failing and the relay failing take
 different paths (the first is recorded against its subscriber, the second stops the run), and

@@ -203,7 +203,7 @@ class OwnTopic:
     subscriber_id: int
     position: int  # 1, 2, 3 … in the reader's order (``topic remove: <n>`` names it)
     text: str  # the reader's sentence as saved (one line, no HTML or links)
-    text_hash: str  # SHA-256 of what its vector embeds (newsletter.own_topics.own_texts)
+    text_hash: str  # SHA-256 of what its vector embeds (newsletter.subscribe.own_topics.own_texts)
     examples: tuple[str, ...]  # versionless arXiv ids of papers "like" the topic
     created: datetime
     updated: datetime
@@ -453,7 +453,7 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PaperWrite:
-    """One row to insert or update, decided by :mod:`newsletter.ingest`."""
+    """One row to insert or update, decided by :mod:`newsletter.sources.ingest`."""
 
     data: PaperData
     paper_id: int | None
@@ -556,7 +556,7 @@ _MAY_HAVE_ARRIVED = frozenset({EditionStatus.SENDING, EditionStatus.UNKNOWN, Edi
 
 class Slot:
     """Where a reader's value goes in a message shared by several readers (their address, a
-    link): ``code`` names it among their values (:mod:`newsletter.shared`,
+    link): ``code`` names it among their values (:mod:`newsletter.digest.shared_render`,
     :mod:`newsletter.deliver.wire`)."""
 
     __slots__ = ("code",)

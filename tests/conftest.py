@@ -23,7 +23,7 @@ from aiosmtpd.controller import Controller
 from sqlalchemy import create_engine, text
 
 from newsletter.config import Config, load_config
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -18,7 +18,7 @@ from typing import Any
 from newsletter.addresses import format_address
 from newsletter.config import Settings
 from newsletter.deliver.message import WIRE_POLICY, header_safe
-from newsletter.feedback import FeedbackLinks
+from newsletter.digest.render import DigestLinks, RenderedDigest
 from newsletter.models import (
     Digest,
     DigestItem,
@@ -27,8 +27,8 @@ from newsletter.models import (
     SubscriberStatus,
     TopicSection,
 )
-from newsletter.render import DigestLinks, RenderedDigest
-from newsletter.tokens import Tokens
+from newsletter.services.link_tokens import Tokens
+from newsletter.subscribe.votes import FeedbackLinks
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)
@@ -238,7 +238,7 @@ def links_of_kind(sid: int, kind: str, base_url: str = "https://papers.example.o
     preview: the text part carries the more/less links), ``by-mail`` (manage and unsubscribe
     mail fresh links), ``none`` (no feedback), ``web`` (the archive page: no manage or
     unsubscribe link), else per-paper tokens, as mailed before."""
-    from newsletter.feedback import VoteLinks
+    from newsletter.subscribe.votes import VoteLinks
 
     mine = links(sid)
     votes = VoteLinks(base_url).for_digest(f"tok{sid}.abc.def")

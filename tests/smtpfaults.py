@@ -24,7 +24,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult
 
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 
 
 @dataclass(frozen=True)

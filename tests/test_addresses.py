@@ -23,7 +23,7 @@ from newsletter.addresses import (
 from newsletter.cli import cli
 from newsletter.config import load_config
 from newsletter.errors import ConfigError
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.subscribe import mailbox
 from tests.conftest import SmtpServer, base_config, write_config

@@ -26,7 +26,7 @@ import yaml
 
 from newsletter.cli import cli
 from newsletter.config import load_config, secret_key_problem
-from newsletter.tokens import signing_key
+from newsletter.services.link_tokens import signing_key
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -61,7 +61,7 @@ def test_the_docstring_tree_is_the_class_tree() -> None:
 
 
 INTERNAL = {"NotInlinable", "Crowded", "BadForward"}
-"""Signals caught by their one caller, never shown: render.py inlines such a template's CSS per
+"""Signals caught by their one caller, never shown: digest/render.py inlines such a template's CSS per
 message instead; the sender pool hands a message to another connection when the relay refused
 its connection as one too many; the inbound server answers an unreadable XFORWARD or XCLIENT
 with 501."""

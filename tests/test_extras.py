@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import load_config
+from newsletter.digest.render import Renderer, shipped_templates_dir
 from newsletter.errors import ExitStatus, NotInstalled
-from newsletter.render import Renderer, shipped_templates_dir
 from tests.conftest import base_config, write_config
 
 WORKERS = {"broker_url": "redis://127.0.0.1:6379/0", "queue": "extras-test"}

@@ -252,7 +252,7 @@ def test_a_send_imports_only_what_it_runs() -> None:
         "from newsletter.semantic.model import runtime_missing\n"
         "assert runtime_missing(load=False) is None\n"
         "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'dkim', 'httpx',\n"
-        "    'newsletter.fetch_run') if m in sys.modules))\n"
+        "    'newsletter.runs.fetch') if m in sys.modules))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import Config
-from newsletter.fetch_run import fetch_step
-from newsletter.ingest import run_fetch
 from newsletter.logs import JsonFormatter, step
-from newsletter.scheduler import due_filter
+from newsletter.runs.fetch import fetch_step
+from newsletter.runs.scheduler import due_filter
 from newsletter.services import Services
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import SmtpServer, base_config, write_config
 from tests.sends import run_send, send_step
@@ -153,7 +153,7 @@ def test_relay_failure_is_logged_as_one_alert_and_recorded(
     tmp_path: Path, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     from newsletter.config import load_config
-    from newsletter.sink import free_port
+    from newsletter.operations.smtp_sink import free_port
 
     data = base_config(db_url, alerts={"email": "ops@papers.example.org"})
     data["smtp"] = {"host": "127.0.0.1", "port": free_port(), "timeout": 2}

@@ -51,9 +51,9 @@ def test_wheel_ships_templates_and_an_installed_package_finds_them(tmp_path: Pat
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     probe = (
-        "from newsletter.render import shipped_templates_dir; from newsletter.cli import example_config;"
+        "from newsletter.digest.render import shipped_templates_dir; from newsletter.cli import example_config;"
         "print(shipped_templates_dir()); print(example_config());"
-        "from newsletter.demo import shipped_demo; print(*shipped_demo())"
+        "from newsletter.operations.demo import shipped_demo; print(*shipped_demo())"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run(

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from newsletter.alerts import alert
 from newsletter.bounces.decide import BounceDecider, Decision, Outcome
 from newsletter.bounces.parse import MAX_RECIPIENTS, Parsed, clean, parse_report
 from newsletter.bounces.report import RATE_DAYS, alerts_for
@@ -23,6 +22,7 @@ from newsletter.bounces.settings import BounceSettings
 from newsletter.bounces.verp import Verp, is_bounce_address
 from newsletter.clock import utcnow
 from newsletter.errors import NewsletterError
+from newsletter.runs.alerts import alert
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import client_network

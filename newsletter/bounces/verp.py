@@ -2,7 +2,7 @@
 
 ``bounces+<token>@example.org``: the token is the subscriber id and the edition date with an
 HMAC-SHA256 tag (80 bits) keyed by the operator's secret key (the one that signs links, see
-:mod:`newsletter.tokens`) under a purpose salt of its own, so no link token is a VERP token
+:mod:`newsletter.services.link_tokens`) under a purpose salt of its own, so no link token is a VERP token
 and no VERP token can be made without the key. A bounce that comes back to that address
 therefore proves which digest bounced; a forged bounce cannot name another subscriber.
 

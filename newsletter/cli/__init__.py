@@ -16,6 +16,9 @@ module per command group:
 - :mod:`.starter`: ``init`` and ``demo``.
 
 Importing this package registers every command on :data:`cli`; ``newsletter = newsletter.cli:main``.
+
+May import: core, config, store, sources, semantic, rank, digest, deliver, services, subscribe,
+bounces, runs, edition, subscriber_lists, web, operations.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def known_subscriber(obj: Context, email: str, *, seed: bool = True) -> tuple[St
 
     ``seed``: first add the config's ``subscribers:`` list, as commands that read them do.
     """
-    from newsletter.seeding import seed_subscribers
+    from newsletter.subscriber_lists.from_config import seed_subscribers
 
     services = obj.services()
     store = services.store

@@ -1,7 +1,7 @@
 """The operator's routine commands: ``db``, ``fetch``, ``status`` and ``bounces poll``.
 
-Each parses its options, calls one domain function (:func:`newsletter.fetch_run.fetch_step`,
-:func:`newsletter.status.gather_status`, :func:`newsletter.bounces.poll.poll`, the store's
+Each parses its options, calls one domain function (:func:`newsletter.runs.fetch.fetch_step`,
+:func:`newsletter.operations.status.gather_status`, :func:`newsletter.bounces.poll.poll`, the store's
 migrations) with the command's :class:`~newsletter.services.Services`, and prints the result.
 """
 
@@ -28,7 +28,7 @@ def db() -> None:
 @click.pass_obj
 def db_upgrade(obj: Context) -> None:
     """Create the database or migrate it to the current schema; add the config's subscribers."""
-    from newsletter.seeding import seed_subscribers
+    from newsletter.subscriber_lists.from_config import seed_subscribers
 
     with errors():
         store = obj.open_store()
@@ -72,7 +72,7 @@ def fetch(obj: Context, sources: tuple[str, ...], as_json: bool) -> None:
     """Pull new papers from every configured source and store them."""
     from rich.progress import Progress
 
-    from newsletter.fetch_run import fetch_step
+    from newsletter.runs.fetch import fetch_step
 
     with errors():
         config = obj.config
@@ -147,7 +147,7 @@ def status(obj: Context, as_json: bool, run_count: int) -> None:
     from datetime import UTC
 
     from newsletter.bounces import report as bounce_report
-    from newsletter.status import gather_status, run_duration
+    from newsletter.operations.status import gather_status, run_duration
 
     with errors():
         services = obj.services()

@@ -26,7 +26,7 @@ from newsletter.errors import ExitStatus
 from newsletter.text import counted, strip_controls
 
 if TYPE_CHECKING:
-    from newsletter.ingest import FetchReport
+    from newsletter.sources.ingest import FetchReport
 
 
 def _is_terminal(stream: Any) -> bool:

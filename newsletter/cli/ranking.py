@@ -1,9 +1,9 @@
 """``newsletter rank`` and ``newsletter feedback``: a reader's ranking and their votes.
 
-``rank`` prints what :func:`newsletter.preview.rank_preview` computes (scores, reasons, how
+``rank`` prints what :func:`newsletter.operations.preview.rank_preview` computes (scores, reasons, how
 each score was made); ``feedback`` records or lists the "more/less like this" votes through
-:class:`newsletter.feedback.Feedback`, as the digest's links do. Both show each title as the
-digest does (LaTeX and flattened math as text: :func:`newsletter.latex.to_text`).
+:class:`newsletter.subscribe.votes.Feedback`, as the digest's links do. Both show each title as the
+digest does (LaTeX and flattened math as text: :func:`newsletter.digest.latex.to_text`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from newsletter.text import counted
 @click.pass_obj
 def rank_cmd(obj: Context, to: str, explain: bool) -> None:
     """Print what a subscriber would get today, with scores and reasons (sends nothing)."""
-    from newsletter.latex import to_text
-    from newsletter.preview import rank_preview
+    from newsletter.digest.latex import to_text
+    from newsletter.operations.preview import rank_preview
 
     with errors():
         settings = obj.config.settings
@@ -127,8 +127,8 @@ def feedback(
     newsletter feedback ada@example.org --clear 2611.00019
     newsletter feedback ada@example.org
     """
-    from newsletter.feedback import Feedback
-    from newsletter.latex import to_text
+    from newsletter.digest.latex import to_text
+    from newsletter.subscribe.votes import Feedback
 
     with errors():
         store, sub = known_subscriber(obj, email)

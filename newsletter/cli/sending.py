@@ -155,7 +155,7 @@ def do_send(
     The request is validated by :func:`newsletter.edition.send`, as for every front end; a bad
     one (:class:`~newsletter.edition.BadSendRequest`) is the command's ``error:`` line."""
     from newsletter.edition import SendRequest, send
-    from newsletter.seeding import seed_subscribers
+    from newsletter.subscriber_lists.from_config import seed_subscribers
 
     services = obj.services()
     now = services.clock()
@@ -169,15 +169,15 @@ def do_send(
         wait=wait,
     )
     if do_fetch:
-        from newsletter.fetch_run import fetch_step  # httpx and the feed parsers: fetches only
+        from newsletter.runs.fetch import fetch_step  # httpx and the feed parsers: fetches only
 
         # a bad request is said before a long fetch: the one check edition.send makes
         request = request.validated(services.config, services.store)
         print_fetch_report(fetch_step(services, now))
     if request.by_workers(services.config):
         return send_by_workers(services, request, now, started=obj.started)
+    from newsletter.deliver.stop_signals import StopRequest, stop_on_signals
     from newsletter.logs import uses_json
-    from newsletter.stopping import StopRequest, stop_on_signals
 
     with (
         SendProgress(output.err_console, enabled=not dry_run, as_log=uses_json()) as progress,
@@ -299,7 +299,7 @@ def preview(obj: Context, to: str, out: Path, text_out: Path | None) -> None:
 
     The file holds exactly the HTML part that 'newsletter send' would send (CSS inlined).
     """
-    from newsletter.preview import render_preview
+    from newsletter.operations.preview import render_preview
 
     with errors():
         _, sub = known_subscriber(obj, to)

@@ -1,7 +1,7 @@
 """The long-running commands: ``serve``, ``worker``, ``inbound`` and ``sink``.
 
 ``serve`` runs the web app, the scheduler and the inbound receiver in one process
-(:func:`newsletter.serve.run_service`, on the command's one
+(:func:`newsletter.operations.serve.run_service`, on the command's one
 :class:`~newsletter.services.Services`); ``worker`` starts a Celery worker (each of its
 processes builds its own); ``inbound`` answers email commands alone; ``sink`` is a local SMTP
 server that keeps every message, for trying things out.
@@ -88,8 +88,8 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
     edition at their local hour (schedule: in the config). SIGTERM or Ctrl-C finishes the
     message in flight, then stops.
     """
-    from newsletter.serve import run_service
-    from newsletter.tokens import admin_token, signing_key
+    from newsletter.operations.serve import run_service
+    from newsletter.services.link_tokens import admin_token, signing_key
 
     with errors():
         config = obj.config
@@ -116,7 +116,7 @@ def serve(obj: Context, host: str | None, port: int | None, no_scheduler: bool) 
 def inbound(obj: Context, host: str | None, port: int | None) -> None:
     """Answer email commands (subscribe, unsubscribe, topics, help) sent to the request address,
     and process bounces and complaints sent to the bounce address (bounces.enabled)."""
-    from newsletter.inbound import InboundServer
+    from newsletter.operations.inbound_mail import InboundServer
     from newsletter.subscribe import Subscriptions
 
     with errors():
@@ -146,7 +146,7 @@ def inbound(obj: Context, host: str | None, port: int | None) -> None:
 @click.option("--port", default=2525, show_default=True, help="Port on 127.0.0.1.")
 def sink(maildir: Path, port: int) -> None:
     """Run a local SMTP server that stores every message in a Maildir (for trying things out)."""
-    from newsletter.sink import MaildirSink
+    from newsletter.operations.smtp_sink import MaildirSink
 
     with errors(), MaildirSink(maildir, port=port):
         output.console.print(

@@ -1,5 +1,5 @@
 """Getting started: ``newsletter init`` writes a starter config, ``newsletter demo`` runs one
-full edition offline on the bundled snapshot feeds (:mod:`newsletter.demo`)."""
+full edition offline on the bundled snapshot feeds (:mod:`newsletter.operations.demo`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def init(path: Path, force: bool, demo_starter: bool) -> None:
             fail(f"{path} already exists; pass --force to overwrite it")
         path.parent.mkdir(parents=True, exist_ok=True)
         if demo_starter:
-            from newsletter.demo import DEMO_FEEDS, shipped_demo
+            from newsletter.operations.demo import DEMO_FEEDS, shipped_demo
 
             config_file, feeds = shipped_demo()
             body = config_file.read_text(encoding="utf-8").split("\ndatabase:", 1)[1]
@@ -115,7 +115,7 @@ def demo(obj: Context, var: Path) -> None:
     $NEWSLETTER_CONFIG and $NEWSLETTER_DATABASE_URL are not read. Delete the directory to start
     over.
     """
-    from newsletter.demo import prepare_demo, run_demo
+    from newsletter.operations.demo import prepare_demo, run_demo
 
     with errors():
         config = prepare_demo(var)

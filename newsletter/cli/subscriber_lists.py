@@ -1,5 +1,5 @@
 """``newsletter subscribers list``, ``show``, ``export`` and ``import``: subscribers read,
-written to CSV and read from it (:mod:`newsletter.exporter`, :mod:`newsletter.importer`)."""
+written to CSV and read from it (:mod:`newsletter.subscriber_lists.export`, :mod:`newsletter.subscriber_lists.csv_import`)."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def subscribers_export(obj: Context, status: str | None, out: Path | None) -> No
     """
     import io
 
-    from newsletter.exporter import write_csv
+    from newsletter.subscriber_lists.export import write_csv
 
     with errors():
         buf = io.StringIO()
@@ -165,7 +165,7 @@ def subscribers_import(
     active by an import: it stays so until it confirms by email. Refused rows are reported as
     file:line and why, and make the exit status 1.
     """
-    from newsletter.importer import ImportFileError, import_csv
+    from newsletter.subscriber_lists.csv_import import ImportFileError, import_csv
 
     with errors():
         try:
@@ -203,7 +203,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
     """Show one subscriber with their consent record (when, how, from where they agreed) and
     their "more/less like this" votes."""
     from newsletter.bounces import report as bounce_report
-    from newsletter.exporter import subscriber_record
+    from newsletter.subscriber_lists.export import subscriber_record
 
     with errors():
         store, sub = known_subscriber(obj, email, seed=False)

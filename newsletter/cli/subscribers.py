@@ -44,8 +44,8 @@ def subscribers_add(
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     from newsletter.addresses import InvalidAddress, normalize_name
+    from newsletter.config.time_zones import not_a_zone
     from newsletter.subscribe import LIVE, consent_block
-    from newsletter.zones import not_a_zone
 
     with errors():
         config = obj.config

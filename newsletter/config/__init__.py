@@ -19,6 +19,8 @@ One module per domain, as :mod:`newsletter.bounces.settings` holds the ``bounces
 * :mod:`~newsletter.config.load`: finding, validating and loading a file, with the environment.
 
 Import from here (``from newsletter.config import Config``); the modules are the layout.
+
+May import: core, bounces.settings.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 
 
 def _check_timezone(value: str) -> str:
-    from newsletter.zones import not_a_zone
+    from newsletter.config.time_zones import not_a_zone
 
     if why := not_a_zone(value):
         raise ValueError(why)

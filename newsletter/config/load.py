@@ -219,7 +219,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, environment: bool
     base = chosen.resolve().parent
     from_env = os.environ.get(ENV_DATABASE_URL) if environment else None
     if from_env:
-        from newsletter.database_url import problem
+        from newsletter.config.database_url import problem
 
         why = problem(from_env)
         if why:

@@ -43,7 +43,7 @@ class DatabaseSettings(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from newsletter.database_url import problem
+        from newsletter.config.database_url import problem
 
         why = problem(value)
         if why:

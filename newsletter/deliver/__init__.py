@@ -6,6 +6,8 @@
 - :mod:`.smtp`: one relay connection (:class:`SmtpMailer`) and the :class:`Mailer` protocol;
 - :mod:`.pool`: N connections, the rate limit, retries and outcomes (:class:`SendPool`);
 - :mod:`.ledger`: each outcome recorded in the ledger (:class:`LedgerWriter`), claim owners.
+
+May import: core, config, store, digest.
 """
 
 from __future__ import annotations

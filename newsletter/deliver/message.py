@@ -18,7 +18,7 @@ from email.utils import format_datetime, parseaddr
 
 from newsletter.config import SenderSettings, Settings
 from newsletter.deliver.mime import DigestMessage, MimeWriter, assemble, header_address
-from newsletter.render import DigestLinks, RenderedDigest
+from newsletter.digest.render import DigestLinks, RenderedDigest
 
 WIRE_POLICY = policy.SMTP.clone(max_line_length=998)
 

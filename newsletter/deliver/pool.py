@@ -32,7 +32,7 @@ come within ``smtp.timeout``) and one that refuses every connection as too many
 
 Stopping (``stop``, a SIGTERM): no new message starts, the ones in flight get their answer and
 are recorded, the queued ones are given back; :attr:`StopRequest.at_once
-<newsletter.stopping.StopRequest.at_once>` (a second signal) stops waiting for the relay.
+<newsletter.deliver.stop_signals.StopRequest.at_once>` (a second signal) stops waiting for the relay.
 
 The pool and its pace share one ordering guarantee (each ``250`` recorded before its
 connection sends anything else, the claim's ``sending`` mark before the relay sees the
@@ -57,9 +57,9 @@ from newsletter.deliver.message import Envelope
 from newsletter.deliver.pace import Connections, RateLimiter
 from newsletter.deliver.retry import Refusal, RetryRules, Step, Then, Tries, backoff, next_step
 from newsletter.deliver.smtp import Crowded, Mailer, MailerFactory
+from newsletter.deliver.stop_signals import at_once
 from newsletter.errors import DeliveryError, RelayError
 from newsletter.models import EditionClaim, EditionStatus, LedgerOp, Outcome, Subscriber
-from newsletter.stopping import at_once
 from newsletter.store.protocol import SendStore
 from newsletter.store.retry import database_away
 

@@ -12,6 +12,9 @@ process or queues the edition for the workers, and records the run either way.
 - :mod:`.run`: the run record, its log line and alerts (:class:`SendRun`);
 - :mod:`.report`: :class:`SendReport`, one serialization for both modes;
 - :mod:`.workers`: the Celery chunks and their enqueuer.
+
+May import: core, config, store, semantic, rank, digest, deliver, services, subscribe, bounces,
+runs.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from newsletter.due import edition_date_for
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.loop import send_editions
 from newsletter.edition.policy import SendPolicy
 from newsletter.edition.report import ProgressFn, SendReport
 from newsletter.edition.request import BadSendRequest, SendRequest
 from newsletter.edition.send_run import SendRun
+from newsletter.runs.due_dates import edition_date_for
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 

@@ -22,19 +22,19 @@ from newsletter.deliver import (
 from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.message import build_encoded_message
 from newsletter.deliver.wire import WireHtml, WireText
+from newsletter.digest.render import DigestLinks, RenderedDigest, Renderer
+from newsletter.digest.shared_render import Shared, reader_values, render_shared, share_key
 from newsletter.edition.layout import Layouts
 from newsletter.edition.plan import choose
-from newsletter.feedback import VoteLinks
 from newsletter.models import Digest, OwnTopic, Paper, Subscriber, SubscriberStatus, Vote
-from newsletter.own_topics import LEXICAL_NOTE, own_topic_rows, own_topics_on
 from newsletter.rank import Ranker
 from newsletter.rank.builder import build_ranker
-from newsletter.render import DigestLinks, RenderedDigest, Renderer
 from newsletter.semantic.vectors import VectorSource
 from newsletter.services import Services
-from newsletter.shared import Shared, reader_values, render_shared, share_key
+from newsletter.services.link_tokens import Purpose
 from newsletter.store.protocol import SendStore
-from newsletter.tokens import Purpose
+from newsletter.subscribe.own_topics import LEXICAL_NOTE, own_topic_rows, own_topics_on
+from newsletter.subscribe.votes import VoteLinks
 
 log = logging.getLogger(__name__)
 
@@ -170,10 +170,10 @@ class EditionBuilder:
 
         Three signatures per digest: unsubscribe and manage each have their own purpose-bound
         token; the view link's token also serves every more/less link, whose paper and vote
-        are in the path (:mod:`newsletter.feedback`).
+        are in the path (:mod:`newsletter.subscribe.votes`).
         """
         base = self.settings.sender.base_url
-        # The id and the address's binding, never the address (see newsletter.tokens).
+        # The id and the address's binding, never the address (see newsletter.services.link_tokens).
         reader = {"s": subscriber.id, "h": self.tokens.binding(subscriber.email)}
         unsub = self._unsubscribe.make(reader)
         manage = self._manage.make(reader)
@@ -192,7 +192,7 @@ class EditionBuilder:
 
         The second reader of a shape (the same sections, titles and date: the same topics, no
         votes) has the message rendered and encoded once for every later one, with slots for
-        their own values (:mod:`newsletter.shared`, :mod:`newsletter.deliver.wire`); each
+        their own values (:mod:`newsletter.digest.shared_render`, :mod:`newsletter.deliver.wire`); each
         later reader's message is then a join. The first is rendered alone: most shapes of
         a run with many topics have one reader, and sharing would only cost them.
         """

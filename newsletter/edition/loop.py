@@ -24,6 +24,7 @@ from datetime import date, datetime, timedelta
 from newsletter.deliver import make_message_id
 from newsletter.deliver.ledger import owner_gone
 from newsletter.deliver.pool import Job, SendPool
+from newsletter.deliver.stop_signals import at_once
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.plan import (
     AlreadySent,
@@ -47,7 +48,6 @@ from newsletter.models import (
     Vote,
 )
 from newsletter.services import Services
-from newsletter.stopping import at_once
 from newsletter.store.protocol import SendStore
 
 NOTHING_NEW = "nothing new in the subscriber's topics"

@@ -10,7 +10,7 @@ The pipeline, for each batch of active subscribers:
 
 1. :func:`choose`: not following the run's topic (``other_topics``) or not due now
    (``not_due``) → left out; the rest get their edition date
-   (:func:`newsletter.due.edition_date_for`).
+   (:func:`newsletter.runs.due_dates.edition_date_for`).
 2. The ledger answers (an effect, in the applier): a real run claims the editions, a dry run
    reads their statuses.
 3. :func:`batch` turns the chosen subscribers and those answers into one intent each:
@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
-from newsletter.due import edition_date_for, listing_gap
 from newsletter.models import EditionClaim, EditionStatus, Subscriber
+from newsletter.runs.due_dates import edition_date_for, listing_gap
 
 SETTLED = frozenset(
     {

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import ClassVar
 
+from newsletter.digest.render import RenderedDigest
 from newsletter.models import Outcome
-from newsletter.render import RenderedDigest
 
 log = logging.getLogger(__name__)
 

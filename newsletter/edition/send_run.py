@@ -11,10 +11,10 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from newsletter.alerts import alert
 from newsletter.edition.report import SendReport
 from newsletter.logs import step
-from newsletter.run_leases import RunLease, settle_interrupted
+from newsletter.runs.alerts import alert
+from newsletter.runs.leases import RunLease, settle_interrupted
 from newsletter.services import Services
 from newsletter.store.protocol import SendStore
 

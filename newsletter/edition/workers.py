@@ -29,7 +29,6 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from newsletter.config import Config
-from newsletter.due import edition_date_for
 from newsletter.edition.build import EditionBuilder
 from newsletter.edition.loop import send_editions
 from newsletter.edition.plan import choose, is_in_flight, is_settled
@@ -39,6 +38,7 @@ from newsletter.edition.send_run import SendRun
 from newsletter.errors import NewsletterError, NotInstalled
 from newsletter.logs import step
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.runs.due_dates import edition_date_for
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.store.protocol import SendStore

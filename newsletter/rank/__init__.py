@@ -20,6 +20,8 @@ modules, in the order a score is made:
 
 ``docs/topics.md`` explains the scoring to operators. The text functions (tokens, stems,
 acronyms) live in :mod:`newsletter.text`; a few stay importable from here.
+
+May import: core, config, store, semantic, digest.latex.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Protocol
 
 from newsletter.config import Config, TopicSettings
-from newsletter.examples import profile_examples
 from newsletter.models import Paper
+from newsletter.rank.example_papers import profile_examples
 from newsletter.rank.ranker import Ranker
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store.protocol import PaperReads, Vectors
@@ -36,7 +36,7 @@ def build_ranker(
     extra_topics: Sequence[TopicSettings] = (),
 ) -> Ranker:
     """The ranker over ``papers`` at ``now``: the configured topics, the examples reader
-    profiles use (:func:`~newsletter.examples.profile_examples`) and the embedding vectors of
+    profiles use (:func:`~newsletter.rank.example_papers.profile_examples`) and the embedding vectors of
     semantic ranking from ``vectors`` (stored ones, else the model's; default: a source over
     ``store``). When semantic matching is off, ranking is lexical. ``extra_topics``: rows ranked
     after the configured topics (readers' own topics, for the send only), their ``like:``

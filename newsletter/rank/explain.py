@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from newsletter.config import TopicSettings
-from newsletter.latex import to_text
+from newsletter.digest.latex import to_text
 from newsletter.models import MAX_TEXT_CHARS, is_own_topic
 from newsletter.rank.index import PaperIndex, age_hours
 from newsletter.rank.profiles import ProfileSpace

@@ -1,6 +1,8 @@
 """Sources: one module per kind. Each turns downloaded bytes into :class:`PaperData`.
 
 Parsers are pure (bytes in, papers out); :mod:`newsletter.sources.fetch` does all network I/O.
+
+May import: core, config, store.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Storage: the only package that speaks SQL. Domain types in, domain types out."""
+"""Storage: the only package that speaks SQL. Domain types in, domain types out.
+
+May import: core, config, bounces.score.
+"""
 
 from newsletter.store.db import (
     EditionClaim,

@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import SQLAlchemyError as _SAError
 
-from newsletter.database_url import problem as url_problem
+from newsletter.config.database_url import problem as url_problem
 from newsletter.errors import (
     DatabaseReadOnly,
     DatabaseUnavailable,

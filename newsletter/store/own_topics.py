@@ -1,5 +1,5 @@
 """Readers' own topics: a sentence and example papers each, in the reader's order (a mixin of
-the Store). The checks (length, HTML, links, limits) are :mod:`newsletter.own_topics`'; this
+the Store). The checks (length, HTML, links, limits) are :mod:`newsletter.subscribe.own_topics`'; this
 module stores what passed them, and keeps the count under the limit it is given."""
 
 from __future__ import annotations

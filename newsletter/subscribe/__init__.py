@@ -6,6 +6,8 @@
   to email commands (:class:`Mailing`);
 - :mod:`.service`: the double opt-in rules (:class:`Subscriptions`), built on the process's
   :class:`~newsletter.services.Services`.
+
+May import: core, config, store, semantic, rank, digest, deliver, services.
 """
 
 from newsletter.subscribe.mailing import COMMANDS, Command, Mailing, Problem, parse_command

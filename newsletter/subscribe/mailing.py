@@ -32,12 +32,12 @@ from newsletter.addresses import envelope_address, format_address
 from newsletter.deliver import Envelope, MailerFactory, header_safe, make_message_id
 from newsletter.deliver.dkim import maybe_sign
 from newsletter.deliver.mime import header_address
-from newsletter.feedback import digest_reader
+from newsletter.digest.render import make_environment
 from newsletter.models import Subscriber, SubscriberStatus
-from newsletter.own_topics import OwnTopicEditor, OwnTopicRefused, own_topics_on
-from newsletter.render import make_environment
 from newsletter.services import Services
+from newsletter.services.link_tokens import MAX_AGE, Purpose, TokenError
 from newsletter.subscribe.own_mail import add_command, remove_command
+from newsletter.subscribe.own_topics import OwnTopicEditor, OwnTopicRefused, own_topics_on
 from newsletter.subscribe.rules import (
     LIVE,
     Links,
@@ -47,7 +47,7 @@ from newsletter.subscribe.rules import (
     mailbox,
     parse_address,
 )
-from newsletter.tokens import MAX_AGE, Purpose, TokenError
+from newsletter.subscribe.votes import digest_reader
 
 log = logging.getLogger(__name__)
 

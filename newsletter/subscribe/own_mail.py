@@ -2,10 +2,10 @@
 
 From headers can be forged, so neither command changes anything by itself: like ``subscribe``,
 the answer is a mail to the address's owner with a signed link (:data:`Purpose.OWN_TOPIC
-<newsletter.tokens.Purpose>`, three days) whose page has one button. The command travels inside
+<newsletter.services.link_tokens.Purpose>`, three days) whose page has one button. The command travels inside
 the link (no pending row), with the reader's id and address binding, so a link works for that
 reader only. The answer quotes nothing of the request but the sentence itself, checked first
-(:func:`~newsletter.own_topics.check_sentence`: one line, no HTML, no links); a command that
+(:func:`~newsletter.subscribe.own_topics.check_sentence`: one line, no HTML, no links); a command that
 cannot be used is answered with the help text and a fixed reason.
 
 ``topic add: <sentence> like: 2401.04088 2312.00752`` names example papers after ``like:``.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from newsletter.models import OwnTopic, Subscriber
-from newsletter.own_topics import OwnTopicEditor, OwnTopicRefused
+from newsletter.services.link_tokens import Purpose, TokenError
+from newsletter.subscribe.own_topics import OwnTopicEditor, OwnTopicRefused
 from newsletter.subscribe.rules import LIVE
-from newsletter.tokens import Purpose, TokenError
 
 _COMMAND = re.compile(
     r"^\s*(?:(?:re|fwd?|aw|wg)\s*:\s*)*[-/]?\s*topic\s+(add|remove)\b\s*:?\s*(.*)$",

@@ -20,11 +20,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from newsletter.addresses import InvalidAddress, address_key, normalize_address
 from newsletter.config import Config
+from newsletter.config.time_zones import not_a_zone
 from newsletter.errors import SubscriberError
 from newsletter.models import Frequency, SubscriberStatus
+from newsletter.services.link_tokens import TokenError, signing_key
 from newsletter.store import Store
-from newsletter.tokens import TokenError, signing_key
-from newsletter.zones import not_a_zone
 
 
 class InvalidRequest(SubscriberError):

@@ -25,6 +25,7 @@ from typing import Any
 
 from newsletter.errors import SubscriberError
 from newsletter.models import Frequency, Subscriber
+from newsletter.services.link_tokens import Purpose, TokenError
 from newsletter.subscribe.mailing import Mailing
 from newsletter.subscribe.rules import (
     LIVE,
@@ -37,7 +38,6 @@ from newsletter.subscribe.rules import (
     consent_history,
     parse_address,
 )
-from newsletter.tokens import Purpose, TokenError
 
 log = logging.getLogger(__name__)
 

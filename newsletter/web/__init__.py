@@ -1,4 +1,8 @@
-"""The web app: subscribe, confirm, manage, one-click unsubscribe, archive, and a JSON API."""
+"""The web app: subscribe, confirm, manage, one-click unsubscribe, archive, and a JSON API.
+
+May import: core, config, store, semantic, digest, deliver, services, subscribe, bounces, runs,
+edition.
+"""
 
 from newsletter.web.app import build_app, create_app
 

@@ -19,8 +19,8 @@ from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
 from newsletter.models import Subscriber
+from newsletter.services.link_tokens import Purpose, TokenError
 from newsletter.subscribe import InvalidRequest, LinkUsed
-from newsletter.tokens import Purpose, TokenError
 from newsletter.web.context import WebContext, public_url, web_context
 from newsletter.web.security import client_address
 

@@ -18,8 +18,9 @@ from starlette.exceptions import HTTPException
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.config.time_zones import time_zones
 from newsletter.deliver import MailerFactory
-from newsletter.render import Renderer, make_environment
+from newsletter.digest.render import Renderer, make_environment
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
@@ -28,7 +29,6 @@ from newsletter.web.context import WebContext, http_url
 from newsletter.web.limits import BodyLimit, request_validation_handler
 from newsletter.web.metrics import registry as metrics_registry
 from newsletter.web.security import security_headers, slash_redirects
-from newsletter.zones import time_zones
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from markupsafe import escape
 
 from newsletter.addresses import masked_address
 from newsletter.config import Config
+from newsletter.digest.render import DigestLinks, Renderer
 from newsletter.edition.archive import sent_digest
-from newsletter.render import DigestLinks, Renderer
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store import Store
 

@@ -8,7 +8,7 @@ import jinja2
 from fastapi import Request
 
 from newsletter.config import Config
-from newsletter.render import Renderer, safe_url
+from newsletter.digest.render import Renderer, safe_url
 from newsletter.services import Services
 from newsletter.store import Store
 from newsletter.subscribe import Clock, Subscriptions
@@ -37,7 +37,7 @@ def web_context(request: Request) -> WebContext:
 def public_url(value: str | None) -> str | None:
     """A link from feed data as pages and the API may show it: http(s) or mailto, else ``None``.
 
-    The same policy as the digests (:func:`newsletter.render.safe_url`): ``javascript:``,
+    The same policy as the digests (:func:`newsletter.digest.render.safe_url`): ``javascript:``,
     ``data:`` and every other scheme are dropped, whatever the case or leading spaces.
     """
     return safe_url(value) or None

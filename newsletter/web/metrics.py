@@ -58,7 +58,7 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Every metric, as gauges (each is a current count or a last value, never a counter)."""
-        from newsletter.run_leases import count_interrupted
+        from newsletter.runs.leases import count_interrupted
 
         now = self.now()
         snapshot = self.store.ops_snapshot(now.date(), self.config.settings.fetched_sources())

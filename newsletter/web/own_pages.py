@@ -3,7 +3,7 @@ edit, remove) and the page a ``topic add:`` / ``topic remove:`` email command's 
 link opens (one button; the GET changes nothing, as every link's page).
 
 The rules (length, HTML, links, examples, limits, the daily edit budget) are
-:class:`~newsletter.own_topics.OwnTopicEditor`'s; a refusal is shown inline on the manage page,
+:class:`~newsletter.subscribe.own_topics.OwnTopicEditor`'s; a refusal is shown inline on the manage page,
 in its own words, with what the reader typed put back in the form (escaped, as everything).
 """
 
@@ -16,9 +16,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.models import SubscriberStatus
-from newsletter.own_topics import OwnTopicRefused
+from newsletter.services.link_tokens import TokenError
 from newsletter.subscribe.own_mail import OwnTopicCommand, read_own_token
-from newsletter.tokens import TokenError
+from newsletter.subscribe.own_topics import OwnTopicRefused
 from newsletter.web.context import WebContext
 from newsletter.web.pages import (
     Ctx,

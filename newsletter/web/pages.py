@@ -7,7 +7,7 @@ clients send from the ``List-Unsubscribe`` header.
 Why one module of this length: it is one short section per page (subscribe, confirm, manage,
 feedback, unsubscribe, archive), mostly a GET and a POST each, all sharing the page helpers, the
 CSRF check and the wording of :func:`token_problem`; the logic behind them lives elsewhere
-(:mod:`newsletter.subscribe`, :mod:`newsletter.feedback`).
+(:mod:`newsletter.subscribe`, :mod:`newsletter.subscribe.votes`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from starlette.concurrency import run_in_threadpool
 from newsletter.addresses import InvalidAddress, normalize_name
 from newsletter.edition.archive import archivable, trending_on
 from newsletter.errors import DeliveryError, RelayError, SubscriberError
-from newsletter.feedback import Feedback
 from newsletter.models import Subscriber, SubscriberStatus
-from newsletter.own_topics import LEXICAL_NOTE, OwnTopicEditor, lexical_only
+from newsletter.services.link_tokens import Purpose, TokenError
 from newsletter.subscribe import InvalidRequest, LinkUsed
-from newsletter.tokens import Purpose, TokenError
+from newsletter.subscribe.own_topics import LEXICAL_NOTE, OwnTopicEditor, lexical_only
+from newsletter.subscribe.votes import Feedback
 from newsletter.web.context import WebContext, web_context
 from newsletter.web.security import (
     CSRF_FIELD,

@@ -1,5 +1,5 @@
 """Pages reached by a digest's year-long links: a vote ("more/less like this") and "view in
-browser" (one token serves both: :mod:`newsletter.feedback`), and the form that mails a reader fresh manage links when the link that opened the page
+browser" (one token serves both: :mod:`newsletter.subscribe.votes`), and the form that mails a reader fresh manage links when the link that opened the page
 is too old to hand them out (docs/subscribing.md). The subscription pages themselves (subscribe,
 confirm, manage, unsubscribe, the archive) are in :mod:`newsletter.web.pages`.
 """
@@ -13,13 +13,13 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from newsletter.addresses import masked_address
+from newsletter.digest.render import DigestLinks
 from newsletter.edition.archive import left_out
 from newsletter.errors import DeliveryError, RelayError
-from newsletter.feedback import Ballot, DigestVote, FeedbackError, VoteLinks
 from newsletter.models import Subscriber
-from newsletter.render import DigestLinks
+from newsletter.services.link_tokens import MAX_AGE, Purpose, TokenError
 from newsletter.subscribe import Outcome
-from newsletter.tokens import MAX_AGE, Purpose, TokenError
+from newsletter.subscribe.votes import Ballot, DigestVote, FeedbackError, VoteLinks
 from newsletter.web.archive import render_sent_edition
 from newsletter.web.context import WebContext
 from newsletter.web.pages import Ctx, _feedback, _stale_form, message, page, token_problem

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse
 from starlette.routing import Match, Router
 from starlette.types import Receive, Scope, Send
 
-from newsletter.tokens import Purpose, TokenError, Tokens
+from newsletter.services.link_tokens import Purpose, TokenError, Tokens
 
 CSRF_COOKIE = "nl_csrf"
 CSRF_FIELD = "csrf"

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from newsletter.cli import cli
 from newsletter.config import load_config
 from newsletter.models import SubscriberStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
 from tests.bounces.helpers import fixture

@@ -17,9 +17,9 @@ from sqlalchemy import text
 from newsletter.bounces.verp import Verp
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
-from newsletter.inbound import InboundServer
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.bounces.helpers import fixture

@@ -26,7 +26,7 @@ from newsletter.bounces.verp import Verp
 from newsletter.cli import cli
 from newsletter.config import load_config
 from newsletter.models import SubscriberStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from tests.bounces.helpers import fixture
 from tests.conftest import base_config, write_config

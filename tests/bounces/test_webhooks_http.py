@@ -27,7 +27,7 @@ from newsletter.bounces.events import BounceEvent, EventKind
 from newsletter.config import Config, load_config
 from newsletter.errors import StoreError
 from newsletter.models import SubscriberStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
 from newsletter.web.webhooks import WebhookState

@@ -161,7 +161,7 @@ def test_subscribers_add_list_remove(config_path: Path) -> None:
 
 
 def test_relay_down_stops_with_one_clear_error(tmp_path: Path, db_url: str) -> None:
-    from newsletter.sink import free_port
+    from newsletter.operations.smtp_sink import free_port
 
     data = base_config(db_url, subscribers=[{"email": "a@example.org", "topics": ["gpu-kernels"]}])
     data["smtp"] = {"host": "127.0.0.1", "port": free_port(), "timeout": 2}

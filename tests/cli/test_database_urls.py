@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.cli.app import NO_CONFIG
-from newsletter.database_url import problem
+from newsletter.config.database_url import problem
 from newsletter.errors import ExitStatus, UnsupportedDatabase
 from newsletter.store import Store
 from tests.conftest import PG_URL, base_config, pg_unavailable, write_config

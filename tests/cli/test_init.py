@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import load_config
-from newsletter.sink import MaildirSink, html_part, read_maildir
+from newsletter.operations.smtp_sink import MaildirSink, html_part, read_maildir
 
 
 def test_the_plain_starter_warns_about_nothing_and_says_what_to_change(

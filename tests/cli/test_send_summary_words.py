@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.errors import ExitStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from tests.conftest import SmtpServer, base_config, write_config
 
 

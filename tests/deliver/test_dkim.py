@@ -14,8 +14,8 @@ import pytest
 
 from newsletter.config import Config, load_config
 from newsletter.errors import ConfigError
-from newsletter.ingest import run_fetch
 from newsletter.services import Services
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import SmtpServer, base_config, write_config

@@ -22,7 +22,7 @@ from newsletter.addresses import InvalidAddress
 from newsletter.config import Settings
 from newsletter.deliver import Envelope, build_message
 from newsletter.deliver.mime import MAX_LINE, header_address, one_line
-from newsletter.render import RenderedDigest, Renderer
+from newsletter.digest.render import RenderedDigest, Renderer
 from tests import digests as D
 
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ import pytest
 from newsletter.config import SmtpSettings, load_config
 from newsletter.deliver.smtp import Crowded, SmtpMailer
 from newsletter.edition import SendReport
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.deliver.test_mime import build

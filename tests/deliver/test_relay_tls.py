@@ -17,8 +17,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from newsletter.config import load_config
-from newsletter.ingest import run_fetch
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.sends import run_send

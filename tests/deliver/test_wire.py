@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from newsletter.config import SmtpSettings
 from newsletter.deliver import Envelope, SmtpMailer, wire_data
 from newsletter.deliver.mime import QuotedPrintable
+from newsletter.digest.render import RenderedDigest
 from newsletter.errors import DeliveryError
-from newsletter.render import RenderedDigest
 from tests.conftest import SmtpServer
 from tests.deliver.test_mime import build
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from newsletter.cli import cli
 from newsletter.config import Config, load_config
 from newsletter.edition import SendReport, edition_date_for
-from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus, SubscriberStatus
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.sends import run_send, send_step
@@ -297,7 +297,7 @@ def _relay_failure_case(
     kind: str, world: Callable[..., tuple[Config, Store, FaultServer]]
 ) -> tuple[Config, Store, FaultServer]:
     if kind == "unreachable":
-        from newsletter.sink import free_port
+        from newsletter.operations.smtp_sink import free_port
 
         config, store, server = world(alerts={"email": "ops@papers.example.org"})
         data = config.settings.smtp.model_copy(update={"port": free_port()})

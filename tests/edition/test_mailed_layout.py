@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from newsletter.digest.render import Renderer
 from newsletter.edition.layout import Layouts, read_layout
 from newsletter.models import Digest, DigestItem, Later, Paper, TopicSection
-from newsletter.render import Renderer
 from tests import digests
 
 

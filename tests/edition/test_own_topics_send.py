@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 from newsletter.config import Config
 from newsletter.models import SubscriberStatus
-from newsletter.own_topics import OwnTopicEditor, sentence_hash
 from newsletter.semantic.vectors import VectorSource
 from newsletter.store import Store
+from newsletter.subscribe.own_topics import OwnTopicEditor, sentence_hash
 from newsletter.web import create_app
 from tests.conftest import NOW, SmtpServer
 from tests.sends import run_send

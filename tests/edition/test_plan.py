@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from newsletter.due import edition_date_for
 from newsletter.edition.plan import (
     AlreadySent,
     Answers,
@@ -20,6 +19,7 @@ from newsletter.edition.plan import (
     is_settled,
 )
 from newsletter.models import EditionClaim, EditionStatus, Subscriber, SubscriberStatus
+from newsletter.runs.due_dates import edition_date_for
 
 # Wednesday 2026-11-18 03:30 UTC: still Tuesday evening in Los Angeles, Wednesday in Tokyo.
 NOW = datetime(2026, 11, 18, 3, 30, tzinfo=UTC)
@@ -52,8 +52,8 @@ def test_a_subscriber_without_a_zone_gets_the_default_zones_date(zone: str, tmp_
     """No zone (or one this machine does not know): the configured default, for the planner
     and the scheduler alike (they used to differ: the planner raised)."""
     from newsletter.config import load_config
-    from newsletter.due import edition_date
-    from newsletter.scheduler import preferences
+    from newsletter.runs.due_dates import edition_date
+    from newsletter.runs.scheduler import preferences
     from tests.conftest import base_config, write_config
 
     data = base_config(f"sqlite:///{tmp_path}/n.db")

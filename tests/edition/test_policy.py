@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from newsletter.config import Config, load_config
 from newsletter.edition import BadSendRequest, SendPolicy, SendRequest, Services
-from newsletter.fetch_run import fetch_step
+from newsletter.runs.fetch import fetch_step
 from newsletter.store import Store
 from tests.conftest import NOW, SmtpServer, base_config, write_config
 from tests.sends import send_step

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from newsletter.digest.render import RenderedDigest
 from newsletter.edition.report import SendReport
 from newsletter.models import Outcome
-from newsletter.render import RenderedDigest
 
 
 def test_every_outcome_has_a_count_or_is_kept() -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from newsletter.config import Config
 from newsletter.edition import SendRequest, Services, send
-from newsletter.ingest import decide
 from newsletter.models import EditionStatus, PaperData, SubscriberStatus
+from newsletter.sources.ingest import decide
 from newsletter.store.memory import MemoryStore
 from tests.conftest import NOW, SmtpServer, base_config
 

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import pytest
 
 from newsletter.deliver import build_message
+from newsletter.digest.render import DigestLinks, Renderer
+from newsletter.digest.shared_render import share_key
 from newsletter.edition.build import SharedMessages
 from newsletter.models import Digest
-from newsletter.render import DigestLinks, Renderer
-from newsletter.shared import share_key
 from tests import digests as D
 
 PAPERS = D.papers()

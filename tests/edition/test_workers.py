@@ -31,9 +31,9 @@ from newsletter.config import Config, load_config
 from newsletter.edition import SendRequest, Services
 from newsletter.edition.workers import enqueue_edition, ping_worker, send_chunk
 from newsletter.errors import ConfigError
-from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import SmtpServer, base_config, write_config
@@ -490,7 +490,7 @@ def test_send_no_wait_queues_the_chunks_and_records_the_run(
 def test_the_scheduler_tick_queues_due_editions_for_a_worker(
     tmp_path: Path, pg_schema_url: str, smtp_server: SmtpServer, queue: str
 ) -> None:
-    from newsletter.serve import make_jobs
+    from newsletter.operations.serve import make_jobs
 
     path = workers_config(tmp_path, pg_schema_url, smtp_server, queue)
     config, store, ids = prepared(path, 30)

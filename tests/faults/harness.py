@@ -25,9 +25,9 @@ from sqlalchemy import create_engine, text
 
 from newsletter.clock import utcnow
 from newsletter.config import load_config
-from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, PG_URL, base_config, write_config
 from tests.smtpfaults import Fault, FaultServer
@@ -109,7 +109,7 @@ def status_of(path: Path, *args: str) -> str:
 
 
 LOG_LINE = re.compile(r"^(debug|info|warning|error|critical) [\w.]+: ")
-"""A log record as ``newsletter.logs.TextFormatter`` writes it (``error newsletter.alerts: …``),
+"""A log record as ``newsletter.logs.TextFormatter`` writes it (``error newsletter.runs.alerts: …``),
 unlike a command's own ``error: …`` line."""
 
 

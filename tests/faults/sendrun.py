@@ -17,8 +17,8 @@ from typing import Any
 
 from newsletter.clock import utcnow
 from newsletter.config import load_config
-from newsletter.ingest import run_fetch
 from newsletter.models import EditionRecord
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.smtpfaults import FaultServer

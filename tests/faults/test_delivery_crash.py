@@ -22,9 +22,9 @@ import pytest
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
 from newsletter.edition import SendReport
-from newsletter.ingest import run_fetch
 from newsletter.models import EditionStatus
-from newsletter.scheduler import due_filter
+from newsletter.runs.scheduler import due_filter
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, base_config, write_config
 from tests.sends import send_step

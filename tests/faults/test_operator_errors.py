@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from newsletter.errors import ExitStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from tests.conftest import PG_URL, base_config, pg_unavailable, write_config
 from tests.faults.harness import LOG_LINE

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from newsletter.cli import cli
 from newsletter.config import load_config
+from newsletter.digest.render import Renderer
 from newsletter.models import EditionStatus
-from newsletter.render import Renderer
 from newsletter.web.archive import render_sent_edition
 from tests.faults.sendrun import ledger, populate, start_send
 from tests.smtpfaults import Fault, fault_server

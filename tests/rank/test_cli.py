@@ -64,7 +64,7 @@ def test_rank_shows_titles_and_reasons_as_the_digest_does(tmp_path: Path) -> Non
     Serving". The terminal shows each title and reason as the mailed digest does."""
     import html
 
-    from newsletter.latex import to_text
+    from newsletter.digest.latex import to_text
     from tests.rank.relevance.corpus import load_papers
 
     config = demo_config(tmp_path)

@@ -12,8 +12,8 @@ from httpx import Response
 from newsletter.cli import cli
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
 from newsletter.models import Subscriber
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import SmtpServer

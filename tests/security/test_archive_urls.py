@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.ingest import decide
 from newsletter.models import PaperData
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
 from tests.conftest import NOW
 

@@ -20,9 +20,9 @@ from sqlalchemy import event
 
 from newsletter.bounces.parse import MAX_RECIPIENTS
 from newsletter.config import Config, load_config
-from newsletter.inbound import InboundServer
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from tests.conftest import NOW, SmtpServer, write_config

@@ -21,10 +21,10 @@ from fastapi.testclient import TestClient
 
 from newsletter.config import Config, load_config
 from newsletter.errors import ConfigError
-from newsletter.inbound import InboundServer
 from newsletter.models import SubscriberStatus
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.web import create_app
@@ -172,7 +172,7 @@ def test_newsletter_serve_keeps_metrics_off_the_public_port(
 ) -> None:
     """The real process: no token set, the web port answers 404 for /metrics; the loopback
     listener of ``web.metrics_listen`` serves them."""
-    from tests.test_serve import start, wait_for
+    from tests.operations.test_serve import start, wait_for
 
     monkeypatch.delenv("NEWSLETTER_ADMIN_TOKEN", raising=False)
     metrics_port, web_port = free_port(), free_port()

@@ -16,9 +16,13 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config, load_config
-from newsletter.exporter import FORMULA_START, from_spreadsheet_cell, spreadsheet_cell
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
+from newsletter.subscriber_lists.export import (
+    FORMULA_START,
+    from_spreadsheet_cell,
+    spreadsheet_cell,
+)
 from tests.conftest import base_config, write_config
 from tests.security.helpers import newsletter
 

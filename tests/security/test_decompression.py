@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pytest
 
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
 from newsletter.sources.fetch import Fetcher, FetchError
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import FEEDS, base_config
 from tests.feedserver import Answer, FeedServer, feed_server

@@ -11,11 +11,11 @@ import re
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.feedback import LESS, MORE, FeedbackLinks
 from newsletter.models import DigestItem, SubscriberStatus
+from newsletter.services.link_tokens import Purpose
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose
+from newsletter.subscribe.votes import LESS, MORE, FeedbackLinks
 from tests.conftest import SmtpServer
 from tests.security.helpers import ADA, mailed_digest, open_feedback_pages, send_first_digest
 from tests.web.conftest import BASE, Clock, csrf_of, links

@@ -4,7 +4,7 @@ Many are covered elsewhere already; this module adds the variants the suite lack
 attack is covered:
 
 XSS in feed fields (title, abstract, authors, categories, links)
-    tests/test_render.py::test_feed_text_stays_text_in_both_parts (a hostile paper in both
+    tests/digest/test_render.py::test_feed_text_stays_text_in_both_parts (a hostile paper in both
     renderers: every field, ``javascript:`` and quote-breaking links, template syntax);
     tests/sources/test_parsers.py::test_hostile_entry_stays_text (the parser keeps markup as text);
     tests/deliver/test_mime.py::test_hostile_feed_text_gives_the_same_message_as_email_message.
@@ -26,7 +26,7 @@ CRLF in addresses and display names
 Token tampering and expiry (confirm, manage, unsubscribe)
     tests/web/test_pages.py::test_tampered_foreign_and_expired_tokens (a tampered and an expired
     confirm link, a manage token used to unsubscribe, unsubscribe links at 30 and 91 days),
-    ::test_erased_subscriber_links_lead_nowhere; tests/test_tokens.py.
+    ::test_erased_subscriber_links_lead_nowhere; tests/services/test_link_tokens.py.
     Here: :func:`test_forged_and_expired_tokens_are_refused_everywhere`, every purpose x
     (damaged signature, another token's payload, another key, another purpose, truncated,
     expired) on the pages and the API, with nobody's state changed.
@@ -46,7 +46,7 @@ SSRF
     ::test_loopback_needs_allow_private, ::test_redirect_to_metadata_address_is_blocked_on_that_hop,
     ::test_a_name_resolving_to_a_private_address_is_blocked,
     ::test_redirects_are_followed_and_checked (a ``file://`` redirect);
-    tests/test_ingest.py::test_private_address_refused_unless_allowed.
+    tests/sources/test_ingest.py::test_private_address_refused_unless_allowed.
     Here: literal, decimal, octal, hex, short, IPv6 and IPv4-mapped URLs through the real
     resolver against a real server on loopback, refused before connecting
     (:func:`test_internal_addresses_in_any_spelling_are_refused_before_connecting`), the same
@@ -71,12 +71,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import ConfigError, load_config
-from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
+from newsletter.services.link_tokens import Purpose, Tokens
 from newsletter.sources.fetch import BlockedAddress, Fetcher, FetchError, system_resolver
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose, Tokens
 from newsletter.web import create_app
 from tests.conftest import NOW, SmtpServer, write_config
 from tests.feedserver import Answer, FeedServer, feed_server

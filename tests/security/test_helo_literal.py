@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from newsletter.config import Config, load_config
-from newsletter.inbound import InboundServer, sending_host
+from newsletter.operations.inbound_mail import InboundServer, sending_host
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Outcome, Subscriptions
 from tests.conftest import SmtpServer, write_config

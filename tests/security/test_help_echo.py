@@ -16,8 +16,8 @@ from email.message import EmailMessage
 import pytest
 
 from newsletter.config import Config
-from newsletter.inbound import InboundServer
-from newsletter.sink import free_port
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.subscribe import Subscriptions
 from tests.conftest import SmtpServer
 from tests.web.conftest import body_text

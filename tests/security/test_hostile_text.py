@@ -24,11 +24,10 @@ from xml.sax.saxutils import escape
 import pytest
 from sqlalchemy import select
 
-from newsletter import excerpts
 from newsletter.config import Config
-from newsletter.excerpts import excerpt
-from newsletter.ingest import run_fetch
-from newsletter.latex import tidy_math, to_text
+from newsletter.digest import excerpts
+from newsletter.digest.excerpts import excerpt
+from newsletter.digest.latex import tidy_math, to_text
 from newsletter.models import (
     MAX_ABSTRACT_CHARS,
     MAX_AUTHOR_CHARS,
@@ -39,6 +38,7 @@ from newsletter.models import (
 )
 from newsletter.rank.index import Documents
 from newsletter.semantic.vectors import paper_text
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.text import collapse_spaces, defined_words, written
@@ -274,7 +274,7 @@ def test_a_hostile_feed_is_capped_at_ingest_and_its_digest_goes_out(
     fetch_and_send(config(normal), store, "warm@example.org", NOW, traced=False)
     normal_peak, _ = fetch_and_send(config(normal), store, "ada@example.org", NOW)
 
-    caplog.set_level(logging.INFO, logger="newsletter.ingest")
+    caplog.set_level(logging.INFO, logger="newsletter.sources.ingest")
     later = NOW + timedelta(minutes=5)
     peak, seconds = fetch_and_send(
         config(normal, hostile), store, "bob@example.org", later, lambda: stored_within_caps(store)

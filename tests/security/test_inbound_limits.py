@@ -12,8 +12,8 @@ from email.message import EmailMessage
 import pytest
 
 from newsletter.config import Config
-from newsletter.inbound import InboundServer, sending_host
-from newsletter.sink import free_port
+from newsletter.operations.inbound_mail import InboundServer, sending_host
+from newsletter.operations.smtp_sink import free_port
 from newsletter.subscribe import Outcome, Subscriptions, client_network
 from tests.conftest import SmtpServer
 
@@ -51,7 +51,7 @@ def test_25_forged_subscribe_mails_over_one_connection_do_not_make_25_confirmati
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings = inbound.handler.settings
-    caplog.set_level(logging.WARNING, logger="newsletter.inbound")
+    caplog.set_level(logging.WARNING, logger="newsletter.operations.inbound_mail")
     with smtplib.SMTP(settings.host, settings.port) as conn:
         for i in range(25):
             victim = f"victim{i}@example.net"

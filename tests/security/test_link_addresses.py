@@ -20,9 +20,9 @@ from fastapi.testclient import TestClient
 
 from newsletter.config import Config
 from newsletter.models import Subscriber, SubscriberStatus
+from newsletter.services.link_tokens import Purpose
 from newsletter.store import Store
 from newsletter.subscribe import Choices, Outcome, Subscriptions
-from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
 from tests.security.helpers import give_id_to, mailed_digest, send_first_digest
 from tests.web.conftest import BASE, Clock

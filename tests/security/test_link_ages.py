@@ -15,8 +15,8 @@ from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
+from newsletter.digest.render import Renderer
 from newsletter.models import SubscriberStatus
-from newsletter.render import Renderer
 from newsletter.store import Store
 from tests import digests as D
 from tests.conftest import SmtpServer

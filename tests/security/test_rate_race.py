@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from newsletter.config import load_config
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from tests.conftest import NOW, SmtpServer, base_config, write_config
 

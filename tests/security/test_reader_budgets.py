@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.inbound import InboundServer
-from newsletter.sink import free_port
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.subscribe import Outcome, Subscriptions
 from tests.conftest import SmtpServer
 from tests.security.helpers import ADA

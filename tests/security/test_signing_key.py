@@ -29,7 +29,7 @@ from newsletter.config import (
     secret_key_problem,
 )
 from newsletter.errors import ConfigError
-from newsletter.tokens import signing_key
+from newsletter.services.link_tokens import signing_key
 from tests.conftest import base_config, write_config
 
 ENV = "NEWSLETTER_SECRET_KEY"

@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 
 from newsletter.bounces.sns import aws_url
 from newsletter.config import Config, load_config
-from newsletter.inbound import MAX_MIME_DEPTH, InboundServer
-from newsletter.sink import free_port
+from newsletter.operations.inbound_mail import MAX_MIME_DEPTH, InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.web import create_app

@@ -13,10 +13,10 @@ from sqlalchemy import func, select, text
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
+from newsletter.services.link_tokens import Purpose
 from newsletter.store import Store
 from newsletter.store import tables as t
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
 from tests.security.helpers import give_id_to, mailed_digest, send_first_digest
 from tests.sends import papers_before_0014, run_send, sent_before_0011, subscriber_before_0012

@@ -7,13 +7,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
-from newsletter.render import Renderer
+from newsletter.digest.render import Renderer
 from newsletter.sources import hf_daily
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests import digests as D
 from tests.conftest import FEEDS, base_config
-from tests.test_ingest import MONDAY
+from tests.sources.test_ingest import MONDAY
 
 
 def _hf(file: str) -> dict[str, str]:

@@ -13,8 +13,8 @@ from datetime import UTC, date, datetime
 
 from sqlalchemy import delete, func, inspect, select, text
 
-from newsletter.ingest import decide
 from newsletter.models import EditionStatus, PaperData
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.sends import papers_before_0014, sent_before_0011, subscriber_before_0012

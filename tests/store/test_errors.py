@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from newsletter.errors import DatabaseReadOnly, DatabaseUnavailable, StoreError
 from newsletter.models import EditionStatus, LedgerOp, SourceState
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
 from newsletter.store import Store
 from newsletter.store.guard import guarded_names
 from tests.conftest import NOW, PG_URL

@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 
 from newsletter.clock import utcnow
 from newsletter.config import load_config
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
 from tests.conftest import NOW, PG_URL, SmtpServer, base_config, write_config
@@ -194,8 +194,8 @@ def test_a_send_reads_back_only_the_tail_of_a_readers_history(
     from the day's first candidate's first sighting on, and the ``(subscriber_id,
     edition_date)`` index reads just those."""
     from newsletter.edition.build import history_since
-    from newsletter.ingest import decide
     from newsletter.models import EditionStatus, PaperData
+    from newsletter.sources.ingest import decide
 
     schema, url = fresh_schema
     store = Store(url)

@@ -9,8 +9,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from newsletter.errors import StoreError
-from newsletter.ingest import decide
 from newsletter.models import AnnounceType, EditionStatus, PaperData, SubscriberStatus
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
 from newsletter.store.tables import metadata
 

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import inspect
 
 from newsletter.errors import StoreError
-from newsletter.ingest import decide
 from newsletter.models import PaperData, Vote
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
 
 NOW = datetime(2026, 11, 17, 6, 0, tzinfo=UTC)

@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 
 from newsletter.clock import utcnow
 from newsletter.config import Config
-from newsletter.serve import make_jobs
+from newsletter.operations.serve import make_jobs
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.web import create_app
 from tests.conftest import SmtpServer

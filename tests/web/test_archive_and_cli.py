@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from newsletter.cli import cli
 from newsletter.config import Config
 from newsletter.edition.build import day_ranker
-from newsletter.ingest import run_fetch
 from newsletter.models import Frequency, SubscriberStatus
+from newsletter.services.link_tokens import Purpose
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose
 from tests.cli.test_cli_e2e import text_and_html
 from tests.conftest import NOW, SmtpServer
 from tests.sends import run_send

@@ -19,9 +19,9 @@ import uvicorn
 
 from newsletter.clock import utcnow
 from newsletter.config import Config, load_config
-from newsletter.ingest import run_fetch
 from newsletter.models import SubscriberStatus
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from newsletter.web import create_app
 from tests.conftest import SmtpServer, write_config

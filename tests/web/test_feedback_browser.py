@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import SmtpServer
 from tests.sends import run_send

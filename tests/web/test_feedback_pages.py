@@ -10,12 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.feedback import LESS, MORE, FeedbackLinks, read_token
-from newsletter.ingest import decide
 from newsletter.models import DigestItem, Paper, PaperData, Subscriber
+from newsletter.services.link_tokens import Purpose, Tokens, signing_key
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose, Tokens, signing_key
+from newsletter.subscribe.votes import LESS, MORE, FeedbackLinks, read_token
 from tests.web.conftest import BASE, Clock, csrf_of
 
 

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.inbound import InboundServer
 from newsletter.models import SubscriberStatus
-from newsletter.sink import free_port
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.subscribe import Command, Subscriptions, parse_command
 from tests.conftest import SmtpServer
 from tests.web.conftest import body_text, link_to

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config
-from newsletter.ingest import run_fetch
+from newsletter.sources.ingest import run_fetch
 from newsletter.store import Store
 from tests.conftest import NOW, SmtpServer
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from newsletter.config import Config, load_config
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.web import create_app

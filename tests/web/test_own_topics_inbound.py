@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from newsletter.config import Config, load_config
-from newsletter.inbound import InboundServer
+from newsletter.operations.inbound_mail import InboundServer
+from newsletter.operations.smtp_sink import free_port
 from newsletter.services import Services
-from newsletter.sink import free_port
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
 from newsletter.web import create_app

@@ -7,9 +7,9 @@ import re
 from fastapi.testclient import TestClient
 
 from newsletter.models import SubscriberStatus
+from newsletter.services.link_tokens import Purpose
 from newsletter.store import Store
 from newsletter.subscribe import Subscriptions
-from newsletter.tokens import Purpose
 from tests.conftest import SmtpServer
 from tests.web.conftest import Clock, body_text, csrf_of, link_to
 

@@ -21,11 +21,11 @@ from fastapi.testclient import TestClient
 
 from newsletter.config import Config, load_config
 from newsletter.edition.layout import read_layout
-from newsletter.ingest import decide
 from newsletter.models import PaperData
-from newsletter.seeding import seed_subscribers
-from newsletter.sink import free_port
+from newsletter.operations.smtp_sink import free_port
+from newsletter.sources.ingest import decide
 from newsletter.store import Store
+from newsletter.subscriber_lists.from_config import seed_subscribers
 from newsletter.web import create_app
 from tests.cli.test_cli_e2e import text_and_html
 from tests.conftest import NOW, SmtpServer, write_config

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 
 from newsletter.cli import cli
 from newsletter.config import Config, parse_config
+from newsletter.config.time_zones import NOT_ZONES, time_zones
 from newsletter.errors import ConfigError
 from newsletter.subscribe import InvalidRequest, check_timezone
-from newsletter.zones import NOT_ZONES, time_zones
 from tests.conftest import SmtpServer
 from tests.web.conftest import csrf_of
 

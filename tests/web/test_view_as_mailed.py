@@ -26,12 +26,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from newsletter.config import Config, load_config
-from newsletter.demo import shipped_demo
-from newsletter.ingest import decide, run_fetch
 from newsletter.models import PaperData
-from newsletter.seeding import seed_subscribers
+from newsletter.operations.demo import shipped_demo
+from newsletter.sources.ingest import decide, run_fetch
 from newsletter.store import Store
 from newsletter.store import tables as t
+from newsletter.subscriber_lists.from_config import seed_subscribers
 from newsletter.web import create_app
 from tests.cli.test_cli_e2e import text_and_html
 from tests.conftest import NOW, SmtpServer, write_config

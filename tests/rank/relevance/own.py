@@ -5,7 +5,7 @@
 
 For each topic of a judged set, a one-sentence description written blind (by someone who saw
 only the topic's name and title: descriptions.yaml) is ranked as a reader's own topic would be
-(:func:`newsletter.own_topics.own_topic_settings`: the sentence's vector is its query, its
+(:func:`newsletter.subscribe.own_topics.own_topic_settings`: the sentence's vector is its query, its
 content words its keywords), beside the keyword topic, with semantic ranking on. Then again with
 two example papers ("papers like ..."): the topic's first two grade-2 papers by id, which are
 taken out of the day's pool for both rankings (a reader names papers they have already read).
@@ -23,8 +23,8 @@ import yaml
 
 from newsletter.config import TopicSettings
 from newsletter.models import OWN_PREFIX, OwnTopic
-from newsletter.own_topics import own_topic_settings
 from newsletter.rank import Ranker
+from newsletter.subscribe.own_topics import own_topic_settings
 from tests.rank.relevance import evaluate as ev
 from tests.rank.relevance import hybrid
 
