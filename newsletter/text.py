@@ -458,22 +458,40 @@ MAX_WRITTEN = 64
 """Occurrences of a term :func:`written` looks at (a title or an abstract has a few)."""
 
 
-def written(text: str, words: list[Word], term: tuple[str, ...]) -> list[str]:
-    """The runs of ``text``'s words (:func:`defined_words`) that read as ``term``, as the text
-    writes them, first first: "LLM Serving" for ("large", "language", "model", "serv") in a
-    paper that defines LLM; a term that starts or ends inside an acronym's long form takes the
-    acronym whole. Linear in the words (times the term's few tokens)."""
-    if not term:
-        return []
+_FLAT: dict[int, tuple[list[Word], list[str], list[int], dict[str, list[int]]]] = {}
+"""Recent word lists flattened to their tokens (for :func:`written`), by identity (4,096)."""
+
+
+def _flattened(words: list[Word]) -> tuple[list[str], list[int], dict[str, list[int]]]:
+    """``words``' tokens in order, the word each token belongs to, and where each token is;
+    kept for the next call on the same list (a paper's reasons ask about its words often)."""
+    found = _FLAT.get(id(words))
+    if found is not None and found[0] is words:
+        return found[1], found[2], found[3]
     flat: list[str] = []
     owner: list[int] = []
     for n, (_, _, toks) in enumerate(words):
         flat.extend(toks)
         owner.extend([n] * len(toks))
+    where: dict[str, list[int]] = {}
+    for i, tok in enumerate(flat):  # where each token stands: a term is looked for only there
+        where.setdefault(tok, []).append(i)
+    if len(_FLAT) >= 4096:
+        _FLAT.clear()
+    _FLAT[id(words)] = (words, flat, owner, where)
+    return flat, owner, where
+
+
+def written(text: str, words: list[Word], term: tuple[str, ...]) -> list[str]:
+    """The runs of ``text``'s words (:func:`defined_words`) that read as ``term``, as the text
+    writes them, first first: "LLM Serving" for ("large", "language", "model", "serv") in a
+    paper that defines LLM; a term that starts or ends inside an acronym's long form takes the
+    acronym whole. Looks only where the term's first token stands (:func:`_flattened`)."""
+    flat, owner, where = _flattened(words) if term else ([], [], {})
     out: list[str] = []
     size = len(term)
-    for i in range(len(flat) - size + 1):
-        if flat[i] == term[0] and tuple(flat[i : i + size]) == term:
+    for i in where.get(term[0], ()) if term else ():
+        if i + size <= len(flat) and tuple(flat[i : i + size]) == term:
             start, end = words[owner[i]][0], words[owner[i + size - 1]][1]
             out.append(text[start:end])
             if len(out) >= MAX_WRITTEN:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -135,6 +136,12 @@ class Explanation:
 
 _PLAIN_WORDS = re.compile(r"[\w'’./+-]+(?: [\w'’./+-]+){0,15}")
 """Words a reason can quote as they are: letters, digits, hyphens, apostrophes, no markup."""
+
+
+def _at(rows: Mapping[str, Any], name: str, j: int) -> float:
+    """``rows[name][j]``, without making the whole row when ``rows`` can say one value."""
+    at = getattr(rows, "at", None)
+    return float(at(name, j)) if at is not None else float(rows[name][j])
 
 
 def _within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
@@ -321,13 +328,21 @@ class Explainer:
         ev = self.index.evidence
         lo_e, hi_e = ev.indptr[j], ev.indptr[j + 1]
         row_ev = dict(zip(ev.indices[lo_e:hi_e].tolist(), ev.data[lo_e:hi_e].tolist(), strict=True))
-        texts = self.words(j)
+        # A reader's own topic (one reader reads it, once): its words as the reader wrote them,
+        # not as the paper did, so no paper is read word by word for it.
+        quick = is_own_topic(topic_name)
+        texts = () if quick else self.words(j)
         for pos, (g, gid) in enumerate(zip(entries, self.queries.row_groups[i], strict=True)):
             if gid in seen or gid not in row_w:
                 continue
             seen.add(gid)
             evidence += row_ev.get(gid, 0.0)
             field, label = "abstract", g[0]
+            if quick:
+                if self._group_terms.get(gid, set()) & in_title:
+                    field = "title"
+                terms.append((field, label, float(row_w[gid]), pos))
+                continue
             for (name, present), text in zip(
                 (("title", in_title), ("abstract", in_abstract)), texts, strict=True
             ):
@@ -350,13 +365,12 @@ class Explainer:
         meaning: tuple[str, str, float, float] | None = None
         words_weight: float | None = None
         if self.meaning is not None and topic_name in self._meant:
-            meant = float(self._meant[topic_name][j])
+            meant = _at(self._meant, topic_name, j)
             words_weight = self.words_weight
-            admitted = self._admitted.get(topic_name)
-            if admitted is not None and not admitted[j]:
+            if topic_name in self._admitted and not _at(self._admitted, topic_name, j):
                 meant, relevance = 0.0, 0.0  # not a candidate: neither part counts
             near = self.meaning.nearest(i, j)
-            sim = float(self.meaning.similarity[i, j])
+            sim = self.meaning.similarity_of(i, j)
             meaning = (self.topics[topic_name].label, near[0] if near else "", sim, meant)
             relevance = words_weight * relevance + meant
             if meant > 1e-9:

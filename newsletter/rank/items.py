@@ -19,7 +19,7 @@ from newsletter.models import DigestItem, Paper
 class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
     """Topic → its items best first; each item (reason included) made once, on first use."""
 
-    def __init__(self, ranker: Any, orders: dict[str, list[int]]) -> None:
+    def __init__(self, ranker: Any, orders: Mapping[str, list[int]]) -> None:
         # ranker: the Ranker (it imports this module; no cycle, not even for types)
         self._ranker = ranker
         self._orders = orders
@@ -30,7 +30,7 @@ class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
         found = self._made.get((topic_name, j))
         if found is None:
             r = self._ranker
-            score = float(np.round(r.scores[r._order[topic_name]][j], 6))
+            score = float(np.round(r.scores.at(r._order[topic_name], j), 6))
             reason = r.explainer.cached_reason(topic_name, j)
             found = DigestItem(r.index.papers[j], topic_name, score, reason)
             self._made[topic_name, j] = found
@@ -75,3 +75,25 @@ class ItemsInOrder:
         item, name = self._items.item, self._name
         for j in self._order:
             yield item(name, j)
+
+
+class PoolOrders(Mapping[str, ItemsInOrder]):
+    """Topic → its items in the order the pick merges (:class:`ItemsInOrder`), made on first
+    use: a run has a list per reader's own topic, and each is read once."""
+
+    def __init__(self, items: RankedItems, orders: Mapping[str, list[int]]) -> None:
+        self._items = items
+        self._orders = orders
+        self._made: dict[str, ItemsInOrder] = {}
+
+    def __getitem__(self, name: str) -> ItemsInOrder:
+        found = self._made.get(name)
+        if found is None:
+            found = self._made[name] = ItemsInOrder(self._items, name, self._orders[name])
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._orders)
+
+    def __len__(self) -> int:
+        return len(self._orders)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,21 +26,17 @@ from newsletter.config import TopicSettings
 from newsletter.models import DigestItem, Later, Paper, TopicSection, is_own_topic
 from newsletter.rank.explain import Explainer, Explanation, with_like
 from newsletter.rank.index import Documents, PaperIndex
-from newsletter.rank.items import ItemsInOrder, PoolIds, RankedItems
+from newsletter.rank.items import PoolIds, PoolOrders, RankedItems
 from newsletter.rank.listing import Listing, left_out_ids, union_held, union_size
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
+from newsletter.rank.rows import ByName, Orders, Rows, block_orders
 from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
 from newsletter.rank.score import (
     DEFAULT_FUSION,
-    RELATIVE_CUT,
-    Fused,
     Fusion,
-    as_dense,
-    filter_masks,
-    fuse_all,
     meaning_parts,
+    rank_rows,
     reader_scores,
-    score_all,
 )
 from newsletter.semantic.space import MeaningSpace
 
@@ -48,6 +45,9 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 
+OWN_BLOCK = 1024
+"""Readers' own topics are ranked this many rows at a time (a block of float64 rows over
+2,000 papers is 16 MiB), then kept compact (:mod:`.rows`)."""
 SECTIONS_CACHE = 8192
 """Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
 
@@ -75,6 +75,18 @@ class Ranker:
         papers', topics' and examples' vectors (in the order given); without it ranking is
         lexical and profiles are tf-idf."""
         self.now = now
+        # The operator's topics first (dense rows), then readers' own (compact rows).
+        perm = sorted(range(len(topics)), key=lambda i: is_own_topic(topics[i].name))
+        if perm != list(range(len(topics))):
+            topics = [topics[i] for i in perm]
+            if semantic is not None:
+                semantic = replace(
+                    semantic,
+                    topics=semantic.topics[perm],
+                    keywords=tuple(semantic.keywords[i] for i in perm) if semantic.keywords else (),
+                )
+        self.n_shared = sum(1 for t in topics if not is_own_topic(t.name))
+        """The operator's topics: rows ``0 .. n_shared - 1``; readers' own topics follow."""
         self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
         self._order = {t.name: i for i, t in enumerate(topics)}
         self._rules = [Rule.from_topic(t) for t in topics]
@@ -83,86 +95,65 @@ class Ranker:
         self.vocab = Vocabulary(self.acronyms)
         self.queries = compile_rules(self._rules, self.vocab)
         self.index = PaperIndex(papers, self.vocab, now, docs)
-        scores = score_all(self.queries, self.index)
-        boost = np.maximum(self.index.boost, 1e-12)
-        relevance = scores / boost
-        self._lexical = relevance.copy()
-        """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
-        self._passes = filter_masks(self.queries, self.index)
+        self._boost = np.maximum(self.index.boost, 1e-12)
         likes = {t.name: tuple(getattr(t, "like", ()) or ()) for t in topics}
-        likes = {name: keys for name, keys in likes.items() if keys}
-        wanted = set().union(*likes.values()) if likes else set()
+        self._likes = {name: keys for name, keys in likes.items() if keys}
+        wanted = set().union(*self._likes.values()) if self._likes else set()
         self.space: ProfileSpace | None = None
         self.meaning: MeaningSpace | None = None
         """Papers, topics and examples as embedding vectors (semantic ranking), or None."""
-        self._meant: dict[str, FloatArray] = {}
-        """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
-        self._admitted: dict[str, npt.NDArray[np.bool_]] = {}
-        """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
         self.fusion = fusion
-        self._fused: Fused | None = None
-        """Semantic ranking: the keyword and meaning parts of every topic's relevance."""
-        if semantic is not None and self.index.n_papers and len(topics):
+        n = self.index.n_papers
+        if semantic is not None and n and len(topics):
             vectors = {p.key: semantic.papers[j] for j, p in enumerate(self.index.papers)}
             vectors.update(semantic.examples)
             self.meaning = MeaningSpace(
                 semantic.papers,
                 semantic.topics,
-                [likes.get(t.name, ()) for t in topics],
+                [self._likes.get(t.name, ()) for t in topics],
                 vectors,
                 {p.key: p.title for p in (*examples, *self.index.papers)},
                 semantic.keywords,
                 query=fusion.query,
                 own=[is_own_topic(t.name) for t in topics],
+                dense_rows=self.n_shared,
             )
-        if likes or examples:
+        if self._likes or examples:
             self.space = ProfileSpace(
                 docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
             )
+        self._key_rank = np.argsort(np.argsort([p.key for p in self.index.papers], kind="stable"))
         self._scale: dict[str, float] = {}
         self._liked: dict[str, FloatArray] = {}
-        best_row = relevance.max(axis=1) if self.index.n_papers else np.zeros(len(topics))
-        for i, topic in enumerate(topics):
-            best = float(best_row[i])
-            # A profile's cosine (0..1) is worth up to the day's best keyword match.
-            self._scale[topic.name] = best if best > 0 else 1.0
-        if self.meaning is not None:
-            floors = np.array([t.min_score for t in topics], dtype=np.float64)
-            self._fused = fuse_all(relevance, self._passes, self.meaning, floors, fusion)
-            relevance = self._fused.relevance
-            for i, topic in enumerate(topics):
-                self._meant[topic.name] = self._fused.meant[i]
-                self._admitted[topic.name] = self._fused.admitted[i]
-        else:
-            for i, topic in enumerate(topics):
-                found = (
-                    self.space.rocchio(likes[topic.name], ())
-                    if self.space is not None and topic.name in likes
-                    else None
-                )
-                if found is None:
-                    continue
-                liked = found[0]  # only "more" papers: the whole cosine is likeness
-                part = self._scale[topic.name] * liked * self._passes[i]
-                relevance[i] += part
-                self._liked[topic.name] = part
-                floor = topic.min_score
-                relevance[i] *= relevance[i] >= floor - 1e-9
-        self._relevance = relevance.copy()
-        scores = relevance * boost
         self.best: dict[str, float] = {}
         self.left_out: dict[str, int] = {}
         """Per topic, matches not shown: passing mentions, or far below the day's best."""
-        if len(topics) and self.index.n_papers:
-            passing = as_dense(self.queries.scoring @ self.index.evidence_t) == 1
-        for i, topic in enumerate(topics):
-            best = float(relevance[i].max()) if self.index.n_papers else 0.0
-            self.best[topic.name] = best
-            below = (relevance[i] > 0) & (relevance[i] < RELATIVE_CUT * best - 1e-9)
-            scores[i, below] = 0.0
-            weak = int(passing[i].sum()) if self.index.n_papers else 0
-            self.left_out[topic.name] = int(below.sum()) + weak
-        self.scores = scores
+        shared = self._rank_rows(topics, slice(0, self.n_shared))
+        self.scores = Rows(shared["scores"], n)
+        """topics × papers: relevance × trending × recency of what a topic shows (else 0)."""
+        self._relevance = Rows(shared["relevance"], n)
+        self._lexical = Rows(shared["lexical"], n)
+        """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
+        self._passes = Rows(shared["passes"], n, fill=True)
+        self._meant_rows = Rows(shared["meant"], n)
+        self._admitted_rows = Rows(shared["admitted"], n)
+        shown: dict[str, list[int]] = {}
+        pool: dict[str, list[int]] = {}
+        self._orders_for(topics, slice(0, self.n_shared), shared["scores"], shown, pool)
+        for start in range(self.n_shared, len(topics), OWN_BLOCK):
+            sl = slice(start, min(len(topics), start + OWN_BLOCK))
+            block = self._rank_rows(topics, sl)
+            self.scores.add(block["scores"])
+            self._relevance.add(block["relevance"])
+            self._lexical.add(block["lexical"])
+            self._passes.add(block["passes"])
+            self._meant_rows.add(block["meant"])
+            self._admitted_rows.add(block["admitted"])
+            self._orders_for(topics, sl, block["scores"], None, pool)
+        self._meant = ByName(self._meant_rows, self._order) if self.meaning else {}
+        """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
+        self._admitted = ByName(self._admitted_rows, self._order) if self.meaning else {}
+        """Per topic (semantic ranking): the papers a keyword or meaning lets in."""
         self.explainer = Explainer(
             topics=self.topics,
             order=self._order,
@@ -179,33 +170,63 @@ class Ranker:
             words_weight=fusion.alpha,
         )
         """Explanations and reasons of these scores (``rank --explain``, each item's reason)."""
-        papers_t = self.index.papers
-        self._key_rank = np.argsort(np.argsort([p.key for p in papers_t], kind="stable"))
+        names = list(self._order)
+        keys = self._key_rank
+
+        def shown_order(name: str) -> list[int]:  # readers' own topics: only when looked at
+            row = self.scores[self._order[name]]
+            return block_orders(row[None, :], keys, 9)[0]
+
         # Each topic's hits in two orders: by score (9 digits) then key, as ``ranked`` lists
         # them, and by the stored (6-digit) score then key, the order sections() merges in.
         # Items (each with its reason) are made only as far as someone reads a list: a run
         # asks for the first dozen of each topic, not for the thousands of matches.
-        shown: dict[str, list[int]] = {}
-        pool: dict[str, list[int]] = {}
-        keys = self._key_rank
-        for i, topic in enumerate(topics):
-            row = self.scores[i]
-            hits = np.flatnonzero(row > 0)
-            if not len(hits):
-                shown[topic.name] = pool[topic.name] = []
-                continue
-            values, ranks = row[hits], keys[hits]
-            shown[topic.name] = hits[np.lexsort((ranks, -np.round(values, 9)))].tolist()
-            pool[topic.name] = hits[np.lexsort((ranks, -np.round(values, 6)))].tolist()
-        self.ranked = RankedItems(self, shown)
+        self.ranked = RankedItems(self, Orders(shown, names, shown_order))
         """Each topic's items, best first (made on first look)."""
-        self._pool_order = {
-            name: ItemsInOrder(self.ranked, name, order) for name, order in pool.items()
-        }
-        self._pool_ids = PoolIds(papers_t, pool)
+        self._pool_order = PoolOrders(self.ranked, pool)
+        self._pool_ids = PoolIds(self.index.papers, pool)
         # Readers with the same topics (and the same already-sent papers among them) get the
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
+
+    def _rank_rows(self, topics: Sequence[TopicSettings], sl: slice) -> dict[str, Any]:
+        """Rows ``sl`` of every topics × papers array (:func:`rank_rows`), and each of their
+        topics' scale, best and ``left_out``."""
+        block = rank_rows(
+            self.queries,
+            self.index,
+            topics[sl],
+            sl,
+            self.meaning,
+            self.fusion,
+            self.space,
+            self._likes,
+        )
+        for topic, scale, best, out in zip(
+            topics[sl], block.scale, block.best, block.left_out, strict=True
+        ):
+            self._scale[topic.name] = scale
+            self.best[topic.name] = best
+            self.left_out[topic.name] = out
+        self._liked.update(block.liked)
+        return block.arrays
+
+    def _orders_for(
+        self,
+        topics: Sequence[TopicSettings],
+        sl: slice,
+        scores: FloatArray,
+        shown: dict[str, list[int]] | None,
+        pool: dict[str, list[int]],
+    ) -> None:
+        """The rows ``sl``'s lists in pool order (6-digit scores, then key) and, when
+        ``shown`` is given, in the order ``ranked`` lists them (9 digits)."""
+        names = [t.name for t in topics[sl]]
+        for name, order in zip(names, block_orders(scores, self._key_rank, 6), strict=True):
+            pool[name] = order
+        if shown is not None:
+            for name, order in zip(names, block_orders(scores, self._key_rank, 9), strict=True):
+                shown[name] = order
 
     def reader_items(
         self,
@@ -269,7 +290,7 @@ class Ranker:
         query in the same space (Rocchio, :meth:`MeaningSpace.reader_query`), and the papers
         are fused again with that query: papers like the ones voted up rise, papers like the
         ones voted down sink, and a paper strongly like the votes may come in on meaning."""
-        assert self.meaning is not None and self._fused is not None
+        assert self.meaning is not None
         i = self._order[topic_name]
         q = self.meaning.reader_query(i, more, less)
         if q is None:
@@ -280,7 +301,7 @@ class Ranker:
         passes = self._passes[i][None, :]
         matched = (self._lexical[i] * self._passes[i] > 0)[None, :]
         share, admitted = meaning_parts(similarity, passes, matched, self.fusion)
-        admitted |= self._fused.admitted[i]  # the topic's candidates stay candidates
+        admitted |= self._admitted_rows[i]  # the topic's candidates stay candidates
         scale = self._scale[topic_name]
         a = self.fusion.alpha
         words = a * self._lexical[i] * self._passes[i]
@@ -292,7 +313,7 @@ class Ranker:
                 listing.scored(None)
             return
         papers_t = self.index.papers
-        gained = meant - self._fused.meant[i]  # what the votes moved
+        gained = meant - self._meant_rows[i]  # what the votes moved
         for j in self._best_first(score, listing=listing):
             reason = self.explainer.cached_reason(topic_name, j)
             if more and gained[j] > 0 and gained[j] >= words[j]:
@@ -378,8 +399,10 @@ class Ranker:
                     names, frozenset(excluded), max_items, group_by_topic, mine, listings
                 )
         # The result depends on the exclusions only through the papers these topics can offer.
-        pools = [self._pool_ids[n] for n in names]
-        relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
+        relevant: frozenset[int] = frozenset()
+        if excluded:
+            pools = [self._pool_ids[n] for n in names]
+            relevant = frozenset(p for p in excluded if any(p in pool for pool in pools))
         key = (names, relevant, max_items, group_by_topic)
         hit = self._sections.get(key)
         if hit is None:

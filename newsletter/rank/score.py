@@ -32,6 +32,7 @@ How a paper scores for a row (``docs/topics.md`` says the same for operators):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,21 +138,25 @@ def score_all(q: Queries, index: PaperIndex, *, block: int = 1000) -> FloatArray
     return out
 
 
-def filter_masks(q: Queries, index: PaperIndex) -> BoolArray:
-    """rows × papers: passes the row's ``all``, ``exclude`` and ``categories`` filters.
+def filter_masks(q: Queries, index: PaperIndex, sel: slice | None = None) -> BoolArray:
+    """rows × papers (of the rows ``sel``, default all): passes the row's ``all``,
+    ``exclude`` and ``categories`` filters.
 
     What a profile or meaning adds to a paper's relevance obeys the same filters as keywords.
     """
-    ok = np.ones((q.n_rows, index.n_papers), dtype=bool)
+    sel = slice(0, q.n_rows) if sel is None else sel
+    exclude, required, categories = q.exclude[sel], q.required[sel], q.categories[sel]
+    n_required = q.n_required[sel]
+    ok = np.ones((exclude.shape[0], index.n_papers), dtype=bool)
     if not index.n_papers:
         return ok
-    if q.exclude.nnz:
-        ok &= as_dense(q.exclude @ index.presence_t) == 0
-    if q.required.nnz:
-        ok &= as_dense(q.required @ index.presence_t) >= q.n_required[:, None]
-    if q.categories.nnz:
-        rows = np.flatnonzero(np.diff(q.categories.indptr))
-        in_cat = as_dense(q.categories[rows] @ index.categories_t) > 0
+    if exclude.nnz:
+        ok &= as_dense(exclude @ index.presence_t) == 0
+    if required.nnz:
+        ok &= as_dense(required @ index.presence_t) >= n_required[:, None]
+    if categories.nnz:
+        rows = np.flatnonzero(np.diff(categories.indptr))
+        in_cat = as_dense(categories[rows] @ index.categories_t) > 0
         ok[rows] &= in_cat | ~index.known_category
     return ok
 
@@ -246,7 +251,7 @@ def meaning_parts(
 
 
 def anchors_of(
-    similarity: npt.NDArray[np.float32], matched: BoolArray, meaning: MeaningSpace
+    similarity: npt.NDArray[np.float32], matched: BoolArray, meaning: MeaningSpace, first: int = 0
 ) -> FloatArray:
     """Per row (a column), how similar a paper must be to come in on meaning alone: no bar
     (-inf) when the row has keyword matches today, else the median similarity of its
@@ -254,7 +259,7 @@ def anchors_of(
     out = np.full((similarity.shape[0], 1), np.inf)
     out[matched.any(axis=1)] = -np.inf
     for i in np.flatnonzero(~matched.any(axis=1)):
-        liked = meaning.like_similarity(int(i))
+        liked = meaning.like_similarity(first + int(i))
         if len(liked):
             out[i, 0] = float(np.median(liked))
     return out
@@ -266,6 +271,7 @@ def fuse_all(
     meaning: MeaningSpace,
     min_scores: FloatArray,
     fusion: Fusion = DEFAULT_FUSION,
+    rows: slice | None = None,
 ) -> Fused:
     """Semantic ranking for every row at once: keyword ``relevance`` (rows × papers) fused
     with the similarity of the papers' and topics' vectors.
@@ -278,7 +284,8 @@ def fuse_all(
     way from the day's median to 1. Then, when ``feedback_docs``, the query moves towards its
     first papers (pseudo-relevance feedback) and the scores are made again. The result is
     multiplied by the topic's best keyword relevance today (1 without any), the units that
-    ``min_score``, the relative cut and trending already use.
+    ``min_score``, the relative cut and trending already use. ``rows``: which of the meaning
+    space's topics the rows of ``relevance`` are (default: its dense rows, from the first).
     """
     matched = relevance > 0
     best = relevance.max(axis=1, keepdims=True) if relevance.size else relevance[:, :1]
@@ -286,17 +293,22 @@ def fuse_all(
     lexical = relevance / scale
     a = fusion.alpha
     rounds = 2 if fusion.feedback_docs > 0 else 1
+    rows = slice(0, len(relevance)) if rows is None else rows
+    similarity = meaning.rows_similarity(rows)
     for round_ in range(rounds):
         anchors = (
-            anchors_of(meaning.similarity, matched & passes, meaning) if fusion.anchored else None
+            anchors_of(similarity, matched & passes, meaning, rows.start or 0)
+            if fusion.anchored
+            else None
         )
-        share, admitted = meaning_parts(meaning.similarity, passes, matched, fusion, anchors)
+        share, admitted = meaning_parts(similarity, passes, matched, fusion, anchors)
         fused = (a * lexical + (1.0 - a) * share) * admitted
         if round_ + 1 < rounds:
             m = min(fusion.feedback_docs, fused.shape[1])
-            top = np.argsort(-fused, axis=1, kind="stable")[:, :m]
-            top = np.where(np.take_along_axis(fused, top, axis=1) > 0, top, -1)
-            meaning.feedback(top, fusion.feedback_beta)
+            top = np.argpartition(-fused, m - 1, axis=1)[:, :m]
+            picked = np.take_along_axis(fused, top, axis=1)
+            top = np.where(picked > 0, top, -1)
+            similarity = meaning.feedback(top, fusion.feedback_beta, rows)
     keep = (fused * scale) >= min_scores[:, None] - 1e-9
     admitted &= keep
     return Fused(
@@ -319,3 +331,78 @@ def reader_scores(rel: FloatArray, min_score: float, boost: FloatArray) -> Float
     rel[rel < RELATIVE_CUT * best - 1e-9] = 0.0
     scores: FloatArray = np.round(rel * boost, 6)
     return scores
+
+
+@dataclass
+class RankedRows:
+    """What :func:`rank_rows` gives for a block of rows."""
+
+    arrays: dict[str, Any]
+    """rows × papers: ``scores``, ``relevance``, ``lexical``, ``passes``, ``meant``,
+    ``admitted`` (dense)."""
+    scale: list[float]
+    """Per row: the day's best keyword relevance (1 without any): the fusion's units."""
+    best: list[float]
+    """Per row: the best relevance today (what the relative cut is a share of)."""
+    left_out: list[int]
+    """Per row: matches not shown (passing mentions, or under the relative cut)."""
+    liked: dict[str, FloatArray]
+    """Lexical ranking: what ``like:`` papers added, per topic that has some."""
+
+
+def rank_rows(
+    queries: Queries,
+    index: PaperIndex,
+    rows: Sequence[Any],
+    sl: slice,
+    meaning: MeaningSpace | None,
+    fusion: Fusion,
+    space: Any,
+    likes: dict[str, tuple[str, ...]],
+) -> RankedRows:
+    """The topics ``rows`` (rows ``sl`` of ``queries``) against every paper: keyword scores,
+    the filters, the fusion with meaning (or, without vectors, the ``like:`` papers' tf-idf
+    profile from ``space``), the relative cut, trending."""
+    n = index.n_papers
+    boost = np.maximum(index.boost, 1e-12)
+    relevance = score_rows(queries, index, sl) / boost if n and rows else np.zeros((len(rows), n))
+    lexical = relevance.copy()
+    passes = filter_masks(queries, index, sl)
+    best_lex = relevance.max(axis=1) if n and rows else np.zeros(len(rows))
+    scale = [float(b) if b > 0 else 1.0 for b in best_lex]
+    meant = np.zeros((len(rows), n))
+    admitted = np.zeros((len(rows), n), dtype=bool)
+    liked: dict[str, FloatArray] = {}
+    if meaning is not None and rows:
+        floors = np.array([t.min_score for t in rows], dtype=np.float64)
+        fused = fuse_all(relevance, passes, meaning, floors, fusion, sl)
+        relevance, meant, admitted = fused.relevance, fused.meant, fused.admitted
+    elif space is not None:
+        for i, topic in enumerate(rows):
+            found = space.rocchio(likes[topic.name], ()) if topic.name in likes else None
+            if found is None:
+                continue
+            # A profile's cosine (0..1) is worth up to the day's best keyword match.
+            part = scale[i] * found[0] * passes[i]  # only "more" papers: all of it is likeness
+            relevance[i] += part
+            liked[topic.name] = part
+            relevance[i] *= relevance[i] >= topic.min_score - 1e-9
+    scores = relevance * boost
+    best = [0.0] * len(rows)
+    out = [0] * len(rows)
+    if n and rows:
+        top = relevance.max(axis=1)
+        below = (relevance > 0) & (relevance < RELATIVE_CUT * top[:, None] - 1e-9)
+        scores[below] = 0.0
+        passing = as_dense(queries.scoring[sl] @ index.evidence_t) == 1
+        best = top.tolist()
+        out = (below.sum(axis=1) + passing.sum(axis=1)).tolist()
+    arrays = {
+        "scores": scores,
+        "relevance": relevance.copy(),
+        "lexical": lexical,
+        "passes": passes,
+        "meant": meant,
+        "admitted": admitted,
+    }
+    return RankedRows(arrays, scale, best, out, liked)

@@ -88,6 +88,7 @@ class MeaningSpace:
         *,
         query: str = "keywords",
         own: Sequence[bool] = (),
+        dense_rows: int | None = None,
     ) -> None:
         """``likes[i]``: topic ``i``'s ``like:`` keys; ``examples``: vectors of example papers
         by key (the run's own papers among them when liked or voted on); ``labels``: titles of
@@ -99,6 +100,9 @@ class MeaningSpace:
         title and keywords written as one text (:func:`~newsletter.semantic.vectors.topic_text`).
         ``own[i]``: topic ``i`` is a reader's own, written as a sentence: its text's vector is
         its query whatever ``query`` says (its "keywords" are the sentence's words).
+        ``dense_rows``: only the first this many topics get a row of :attr:`similarity` (the
+        operator's topics); the others (readers' own topics, thousands) are computed a block
+        at a time (:meth:`rows_similarity`) and a row on demand (:meth:`row_similarity`).
         """
         self.papers = papers
         self.examples = dict(examples)
@@ -116,10 +120,12 @@ class MeaningSpace:
             if len(topics)
             else np.zeros((0, papers.shape[1]), dtype=np.float32)
         )
-        self.initial = self.queries
+        self.initial = self.queries.copy()
         """Each topic's query before pseudo-relevance feedback (:meth:`feedback`)."""
-        self.similarity: FloatArray = self.queries @ papers.T
-        """topics × papers cosines (after :meth:`feedback`, with the expanded queries)."""
+        self.dense_rows = len(self.queries) if dense_rows is None else dense_rows
+        self.similarity: FloatArray = self.queries[: self.dense_rows] @ papers.T
+        """The first ``dense_rows`` topics × papers cosines (after :meth:`feedback`, with the
+        expanded queries)."""
 
     def _rocchio(self, q0: FloatArray, more: Sequence[str], less: Sequence[str]) -> FloatArray:
         q = q0.astype(np.float32).copy()
@@ -131,23 +137,50 @@ class MeaningSpace:
             q -= ROCCHIO_GAMMA * np.mean(neg, axis=0)
         return unit(q)
 
-    def feedback(self, top: npt.NDArray[np.int64], beta: float) -> None:
-        """Pseudo-relevance feedback: each topic's query moves towards the mean of its papers
-        ``top[i]`` (indices, -1 for none), ``q = q + β·mean(top)``, and the similarities are
-        computed again."""
-        if not len(self.queries) or not top.size:
-            return
+    def rows_similarity(self, rows: slice) -> FloatArray:
+        """Cosines of the topics ``rows`` with the papers (a view of :attr:`similarity` for
+        the dense rows)."""
+        if rows.stop is not None and rows.stop <= self.dense_rows:
+            return self.similarity[rows]
+        found: FloatArray = self.queries[rows] @ self.papers.T
+        return found
+
+    def row_similarity(self, i: int) -> FloatArray:
+        """Topic ``i``'s cosines with the papers."""
+        found: FloatArray = (
+            self.similarity[i] if i < self.dense_rows else self.papers @ self.queries[i]
+        )
+        return found
+
+    def similarity_of(self, i: int, j: int) -> float:
+        """Topic ``i``'s cosine with paper ``j``."""
+        if i < self.dense_rows:
+            return float(self.similarity[i, j])
+        return float(self.papers[j] @ self.queries[i])
+
+    def feedback(
+        self, top: npt.NDArray[np.int64], beta: float, rows: slice | None = None
+    ) -> FloatArray:
+        """Pseudo-relevance feedback: each topic's query (of ``rows``, default the dense
+        ones) moves towards the mean of its papers ``top[i]`` (indices, -1 for none),
+        ``q = q + β·mean(top)``; returns their similarities computed again."""
+        rows = slice(0, self.dense_rows) if rows is None else rows
+        if not len(self.queries[rows]) or not top.size:
+            return self.rows_similarity(rows)
         valid = top >= 0
         picked = self.papers[np.where(valid, top, 0)] * valid[..., None]
         count = np.maximum(valid.sum(axis=1, keepdims=True), 1)
-        moved = self.queries + beta * (picked.sum(axis=1) / count).astype(np.float32)
+        moved = self.queries[rows] + beta * (picked.sum(axis=1) / count).astype(np.float32)
         norms = np.linalg.norm(moved, axis=1, keepdims=True)
-        self.queries = (moved / np.maximum(norms, 1e-12)).astype(np.float32)
-        self.similarity = self.queries @ self.papers.T
+        self.queries[rows] = (moved / np.maximum(norms, 1e-12)).astype(np.float32)
+        found: FloatArray = self.queries[rows] @ self.papers.T
+        if rows.stop is not None and rows.stop <= self.dense_rows:
+            self.similarity[rows] = found
+        return found
 
     def topic(self, i: int) -> Evidence:
         """The day's papers against topic ``i``'s query."""
-        return evidence(self.similarity[i])
+        return evidence(self.row_similarity(i))
 
     def like_similarity(self, i: int) -> FloatArray:
         """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
