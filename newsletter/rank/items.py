@@ -45,12 +45,15 @@ class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
     def __len__(self) -> int:
         return len(self._orders)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._orders
+
 
 class PoolIds(dict[str, frozenset[int]]):
     """Topic → the ids of the papers in its list, made on first use (most of a run's topics
     are never asked: readers' own topics are asked once)."""
 
-    def __init__(self, papers: Sequence[Paper], orders: Mapping[str, list[int]]) -> None:
+    def __init__(self, papers: Sequence[Paper], orders: Mapping[str, Any]) -> None:
         super().__init__()
         self._papers = papers
         self._orders = orders
@@ -81,7 +84,8 @@ class PoolOrders(Mapping[str, ItemsInOrder]):
     """Topic → its items in the order the pick merges (:class:`ItemsInOrder`), made on first
     use: a run has a list per reader's own topic, and each is read once."""
 
-    def __init__(self, items: RankedItems, orders: Mapping[str, list[int]]) -> None:
+    def __init__(self, items: RankedItems, orders: Mapping[str, Any]) -> None:
+        # orders: lists, or arrays (readers' own topics) made lists when first read
         self._items = items
         self._orders = orders
         self._made: dict[str, ItemsInOrder] = {}
@@ -89,7 +93,9 @@ class PoolOrders(Mapping[str, ItemsInOrder]):
     def __getitem__(self, name: str) -> ItemsInOrder:
         found = self._made.get(name)
         if found is None:
-            found = self._made[name] = ItemsInOrder(self._items, name, self._orders[name])
+            order = self._orders[name]
+            order = order.tolist() if isinstance(order, np.ndarray) else order
+            found = self._made[name] = ItemsInOrder(self._items, name, order)
         return found
 
     def __iter__(self) -> Iterator[str]:
@@ -97,3 +103,6 @@ class PoolOrders(Mapping[str, ItemsInOrder]):
 
     def __len__(self) -> int:
         return len(self._orders)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._orders

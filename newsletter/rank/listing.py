@@ -54,10 +54,12 @@ class Listing:
 
     def held(self, ids: Collection[int]) -> int:
         """How many of ``ids`` the list holds."""
-        if self.score is None:
-            pool = self.ranker._pool_ids[self.name]
-            return sum(1 for p in ids if p in pool)
+        if not ids:
+            return 0
         at = self.ranker._positions()
+        if self.score is None:  # the shared list: the papers its topic scores above 0
+            scores, i = self.ranker.scores, self.ranker._order[self.name]
+            return sum(1 for p in ids if p in at and scores.at(i, at[p]) > 0)
         score = self.score
         return sum(1 for p in ids if p in at and score[at[p]] > 0)
 

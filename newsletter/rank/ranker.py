@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -149,7 +149,6 @@ class Ranker:
             self._passes.add(block["passes"])
             self._meant_rows.add(block["meant"])
             self._admitted_rows.add(block["admitted"])
-            self._orders_for(topics, sl, block["scores"], None, pool)
         self._meant = ByName(self._meant_rows, self._order) if self.meaning else {}
         """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
         self._admitted = ByName(self._admitted_rows, self._order) if self.meaning else {}
@@ -173,18 +172,23 @@ class Ranker:
         names = list(self._order)
         keys = self._key_rank
 
-        def shown_order(name: str) -> list[int]:  # readers' own topics: only when looked at
-            row = self.scores[self._order[name]]
-            return block_orders(row[None, :], keys, 9)[0]
+        def order_of(digits: int) -> Callable[[str], list[int]]:
+            def order(name: str) -> list[int]:  # readers' own topics: only when looked at
+                row = self.scores[self._order[name]]
+                found: list[int] = block_orders(row[None, :], keys, digits)[0].tolist()
+                return found
+
+            return order
 
         # Each topic's hits in two orders: by score (9 digits) then key, as ``ranked`` lists
         # them, and by the stored (6-digit) score then key, the order sections() merges in.
         # Items (each with its reason) are made only as far as someone reads a list: a run
         # asks for the first dozen of each topic, not for the thousands of matches.
-        self.ranked = RankedItems(self, Orders(shown, names, shown_order))
+        self.ranked = RankedItems(self, Orders(shown, names, order_of(9)))
         """Each topic's items, best first (made on first look)."""
-        self._pool_order = PoolOrders(self.ranked, pool)
-        self._pool_ids = PoolIds(self.index.papers, pool)
+        pools = Orders(pool, names, order_of(6))
+        self._pool_order = PoolOrders(self.ranked, pools)
+        self._pool_ids = PoolIds(self.index.papers, pools)
         # Readers with the same topics (and the same already-sent papers among them) get the
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
@@ -216,17 +220,16 @@ class Ranker:
         topics: Sequence[TopicSettings],
         sl: slice,
         scores: FloatArray,
-        shown: dict[str, list[int]] | None,
+        shown: dict[str, list[int]],
         pool: dict[str, list[int]],
     ) -> None:
-        """The rows ``sl``'s lists in pool order (6-digit scores, then key) and, when
-        ``shown`` is given, in the order ``ranked`` lists them (9 digits)."""
+        """The operator's topics' lists in pool order (6-digit scores, then key) and in the
+        order ``ranked`` lists them (9 digits); readers' own topics are ordered when read."""
         names = [t.name for t in topics[sl]]
         for name, order in zip(names, block_orders(scores, self._key_rank, 6), strict=True):
-            pool[name] = order
-        if shown is not None:
-            for name, order in zip(names, block_orders(scores, self._key_rank, 9), strict=True):
-                shown[name] = order
+            pool[name] = order.tolist()
+        for name, order in zip(names, block_orders(scores, self._key_rank, 9), strict=True):
+            shown[name] = order.tolist()
 
     def reader_items(
         self,

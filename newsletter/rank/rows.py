@@ -88,6 +88,9 @@ class ByName(Mapping[str, npt.NDArray[Any]]):
         """The topic's value for paper ``j``."""
         return self._rows.at(self._order[name], j)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._order  # not Mapping's default, which would make the row
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
@@ -97,17 +100,17 @@ class ByName(Mapping[str, npt.NDArray[Any]]):
 
 def block_orders(
     scores: FloatArray, key_rank: npt.NDArray[np.int64], digits: int
-) -> list[list[int]]:
+) -> list[npt.NDArray[np.intp]]:
     """Each row's positive entries, best first: by score rounded to ``digits``, then by the
-    paper's key (``key_rank``); one sort for the whole block."""
+    paper's key (``key_rank``); one sort for the whole block (views of one array)."""
     rows, cols = np.nonzero(scores > 0)
     if not len(rows):
-        return [[] for _ in range(len(scores))]
+        return [cols[:0] for _ in range(len(scores))]
     values = np.round(scores[rows, cols], digits)
     order = np.lexsort((key_rank[cols], -values, rows))
     cols = cols[order]
     bounds = np.searchsorted(rows[order], np.arange(len(scores) + 1))
-    return [cols[bounds[r] : bounds[r + 1]].tolist() for r in range(len(scores))]
+    return [cols[bounds[r] : bounds[r + 1]] for r in range(len(scores))]
 
 
 class Orders(Mapping[str, list[int]]):
@@ -128,6 +131,9 @@ class Orders(Mapping[str, list[int]]):
                 raise KeyError(name)
             found = self._known[name] = self._make(name)
         return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._known or name in self._names_set()
 
     def _names_set(self) -> frozenset[str]:
         names = getattr(self, "_set", None)

@@ -197,6 +197,8 @@ DEFAULT_FUSION = Fusion()
 _MEDIAN_SAMPLE = 1024
 """Above this many papers the day's median similarity per topic is taken over an even sample
 of them (a median of 1,024 values is within a hundredth of the whole day's)."""
+_LIGHT_SAMPLE = 256
+"""The sample for readers' own topics (thousands of rows): within a few hundredths."""
 
 
 @dataclass
@@ -215,11 +217,9 @@ class Fused:
     """Per paper, the similarity's share of the way from the day's median to 1 (0..1)."""
 
 
-def day_median(similarity: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    """Each row's median (over an even sample on a big day), as a column."""
-    n = similarity.shape[1]
-    sample = similarity if n <= _MEDIAN_SAMPLE else similarity[:, :: -(-n // _MEDIAN_SAMPLE)]
-    return np.median(sample, axis=1, keepdims=True).astype(np.float64)
+def _sample(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
+    n = a.shape[1]
+    return a if n <= size else a[:, :: -(-n // size)]
 
 
 def meaning_parts(
@@ -228,15 +228,24 @@ def meaning_parts(
     matched: BoolArray,
     fusion: Fusion,
     anchors: FloatArray | None = None,
+    *,
+    light: bool = False,
 ) -> tuple[FloatArray, BoolArray]:
     """(share, admitted) for rows of similarities: the share of the way from the day's median
     to 1, and the candidates (``matched`` keyword matches, plus the ``dense_k`` most similar
     papers that are ``strong_z`` robust deviations above the day's median, and at least the
-    row's ``anchors`` similarity when given), within ``passes``."""
-    s = similarity.astype(np.float64)
-    n = s.shape[1]
-    median = day_median(similarity)
-    spread = 1.4826 * day_median(np.abs(s - median).astype(np.float32))
+    row's ``anchors`` similarity when given), within ``passes``. ``light``: in float32, the
+    median and spread over a sample of ``_LIGHT_SAMPLE`` papers (readers' own topics, by the
+    thousand)."""
+    n = similarity.shape[1]
+    size = _LIGHT_SAMPLE if light else _MEDIAN_SAMPLE
+    sample = _sample(similarity, size)
+    median = np.median(sample, axis=1, keepdims=True).astype(np.float64)
+    deviation = np.abs(sample.astype(np.float64) - median).astype(np.float32)
+    spread = 1.4826 * np.median(deviation, axis=1, keepdims=True).astype(np.float64)
+    s: npt.NDArray[Any] = similarity if light else similarity.astype(np.float64)
+    if light:
+        median, spread = median.astype(np.float32), spread.astype(np.float32)
     share = np.clip((s - median) / np.maximum(1.0 - median, 1e-6), 0.0, 1.0)
     admitted = matched & passes
     if n >= MIN_PAPERS and fusion.dense_k > 0:
@@ -273,6 +282,8 @@ def fuse_all(
     min_scores: FloatArray,
     fusion: Fusion = DEFAULT_FUSION,
     rows: slice | None = None,
+    *,
+    light: bool = False,
 ) -> Fused:
     """Semantic ranking for every row at once: keyword ``relevance`` (rows × papers) fused
     with the similarity of the papers' and topics' vectors.
@@ -288,9 +299,11 @@ def fuse_all(
     ``min_score``, the relative cut and trending already use. ``rows``: which of the meaning
     space's topics the rows of ``relevance`` are (default: its dense rows, from the first).
     """
+    if light:  # thousands of readers' own topics: float32 halves the memory traffic
+        relevance = relevance.astype(np.float32)
     matched = relevance > 0
     best = relevance.max(axis=1, keepdims=True) if relevance.size else relevance[:, :1]
-    scale = np.where(best > 0, best, 1.0)
+    scale = np.where(best > 0, best, 1.0).astype(relevance.dtype)
     lexical = relevance / scale
     a = fusion.alpha
     rounds = 2 if fusion.feedback_docs > 0 else 1
@@ -302,7 +315,7 @@ def fuse_all(
             if fusion.anchored
             else None
         )
-        share, admitted = meaning_parts(similarity, passes, matched, fusion, anchors)
+        share, admitted = meaning_parts(similarity, passes, matched, fusion, anchors, light=light)
         fused = (a * lexical + (1.0 - a) * share) * admitted
         if round_ + 1 < rounds:
             m = min(fusion.feedback_docs, fused.shape[1])
@@ -376,12 +389,13 @@ def rank_rows(
     liked: dict[str, FloatArray] = {}
     if meaning is not None and rows:
         floors = np.array([t.min_score for t in rows], dtype=np.float64)
-        if all(is_own_topic(t.name) for t in rows):
+        own = all(is_own_topic(t.name) for t in rows)
+        if own:
             # A reader's sentence is already a focused query: pseudo-relevance feedback on it
             # moved the judged sets' own topics by ±0.01 (tests/rank/relevance/own.py), and
             # skipping it halves what thousands of them cost.
             fusion = replace(fusion, feedback_docs=0)
-        fused = fuse_all(relevance, passes, meaning, floors, fusion, sl)
+        fused = fuse_all(relevance, passes, meaning, floors, fusion, sl, light=own)
         relevance, meant, admitted = fused.relevance, fused.meant, fused.admitted
     elif space is not None:
         for i, topic in enumerate(rows):
