@@ -459,7 +459,7 @@ MAX_WRITTEN = 64
 
 
 _FLAT: dict[int, tuple[list[Word], list[str], list[int], dict[str, list[int]]]] = {}
-"""Recent word lists flattened to their tokens (for :func:`written`), by identity (4,096)."""
+"""Recent word lists flattened to their tokens (for :func:`written`), by identity (256)."""
 
 
 def _flattened(words: list[Word]) -> tuple[list[str], list[int], dict[str, list[int]]]:
@@ -476,7 +476,7 @@ def _flattened(words: list[Word]) -> tuple[list[str], list[int], dict[str, list[
     where: dict[str, list[int]] = {}
     for i, tok in enumerate(flat):  # where each token stands: a term is looked for only there
         where.setdefault(tok, []).append(i)
-    if len(_FLAT) >= 4096:
+    if len(_FLAT) >= 256:
         _FLAT.clear()
     _FLAT[id(words)] = (words, flat, owner, where)
     return flat, owner, where

@@ -96,7 +96,7 @@ def deliver(port: int, rcpt: str, data: bytes) -> None:
         conn.sendmail("", [rcpt], data)  # bounces come with an empty MAIL FROM
 
 
-def applied(db_url: str, check: Callable[[Store], bool], timeout: float = 20) -> None:
+def applied(db_url: str, check: Callable[[Store], bool], timeout: float = 60) -> None:
     """Wait until ``check`` holds: the inbound server applies a report just after answering it
     (the answer's timing must not tell who is subscribed, issue 42)."""
     store = Store(db_url)
