@@ -13,7 +13,8 @@ smaller ``PaperReads``, ``SubscriberReads`` and ``LedgerState`` are the parts of
 send reads. Every method raises database failures as :class:`~newsletter.errors.StoreError`
 (:mod:`.guard`). The module passes 500 lines because it lists the whole public interface of
 the Store, one signature and one line of documentation per method; splitting it by domain
-would only scatter the one place a caller looks this up.
+would only scatter the one place a caller looks this up. Bounces and readers' own topics,
+each with protocols of its own, stand in :mod:`.protocol_bounces` and :mod:`.protocol_own_topics`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from newsletter.models import (
     Frequency,
     LedgerOp,
     NewSubscriber,
-    OwnTopic,
     Paper,
     PaperWrite,
     RunRecord,
@@ -40,6 +40,7 @@ from newsletter.models import (
     Vote,
 )
 from newsletter.store.protocol_bounces import Bounces
+from newsletter.store.protocol_own_topics import OwnTopicReads, OwnTopics
 
 
 class PaperReads(Protocol):
@@ -534,55 +535,6 @@ class Schema(Protocol):
 
     def check_schema(self) -> None:
         """Raise :class:`StoreError` with the fix when the database is not migrated."""
-        ...
-
-
-class OwnTopicReads(Protocol):
-    """What a send reads about readers' own topics."""
-
-    def own_topics_of(self, subscriber_ids: Sequence[int]) -> dict[int, tuple[OwnTopic, ...]]:
-        """Each of these readers' own topics in their order (readers without any left out)."""
-        ...
-
-    def own_topic_readers(self) -> list[int]:
-        """The active readers that have own topics, by id."""
-        ...
-
-
-class OwnTopics(OwnTopicReads, Protocol):
-    """Readers' own topics: added under a limit, edited, removed, counted."""
-
-    def add_own_topic(
-        self,
-        subscriber_id: int,
-        text: str,
-        text_hash: str,
-        examples: Sequence[str],
-        now: datetime,
-        *,
-        limit: int,
-    ) -> OwnTopic | None:
-        """Add an own topic last; ``None`` at ``limit``; the same text is not added twice."""
-        ...
-
-    def edit_own_topic(
-        self,
-        subscriber_id: int,
-        topic_id: int,
-        text: str,
-        text_hash: str,
-        examples: Sequence[str],
-        now: datetime,
-    ) -> OwnTopic | None:
-        """Change one of the reader's own topics; ``None`` when they have none with that id."""
-        ...
-
-    def remove_own_topic(self, subscriber_id: int, topic_id: int) -> bool:
-        """Remove one of the reader's own topics; False when they have none with that id."""
-        ...
-
-    def count_own_topics(self) -> int:
-        """How many own topics all readers have."""
         ...
 
 

@@ -31,7 +31,8 @@ from newsletter.errors import SubscriberError
 from newsletter.identity import arxiv_id_of
 from newsletter.models import OwnTopic, Subscriber
 from newsletter.rank.profiles import STOPWORDS
-from newsletter.store.protocol import OwnTopics, Vectors
+from newsletter.store.protocol import Vectors
+from newsletter.store.protocol_own_topics import OwnTopics
 from newsletter.text import WORD_PATTERN, fold, one_line_text, phrase_terms
 
 log = logging.getLogger(__name__)
