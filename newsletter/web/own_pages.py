@@ -25,17 +25,14 @@ from newsletter.web.pages import (
     _manage_form,
     _manage_subscriber,
     _stale_form,
+    form_page,
     message,
     own_editor,
-    page,
     token_problem,
 )
 from newsletter.web.security import (
     CSRF_FIELD,
-    csrf_cookie_value,
-    csrf_field,
     csrf_ok,
-    set_csrf_cookie,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -106,17 +103,14 @@ def own_confirm_page(token: str, request: Request, ctx: WebContext = Ctx) -> HTM
 def _confirm_form(
     ctx: WebContext, request: Request, token: str, command: OwnTopicCommand, status: int = 200
 ) -> HTMLResponse:
-    cookie = csrf_cookie_value(request)
-    response = page(
+    return form_page(
         ctx,
+        request,
         "own_topic_confirm.html",
         status,
         token=token,
         command=command,
-        csrf=csrf_field(ctx.service.tokens, cookie),
     )
-    set_csrf_cookie(request, response, cookie)
-    return response
 
 
 @router.post("/own-topic/{token}", response_class=HTMLResponse)

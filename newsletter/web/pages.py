@@ -56,6 +56,17 @@ def page(ctx: WebContext, name: str, status: int = 200, **values: Any) -> HTMLRe
     return HTMLResponse(html, status_code=status)
 
 
+def form_page(
+    ctx: WebContext, request: Request, name: str, status: int = 200, **values: Any
+) -> HTMLResponse:
+    """:func:`page` for a page with a form: its ``csrf`` field signed for the browser's CSRF
+    cookie, which the response sets (a new one when the browser has none)."""
+    cookie = csrf_cookie_value(request)
+    response = page(ctx, name, status, csrf=csrf_field(ctx.service.tokens, cookie), **values)
+    set_csrf_cookie(request, response, cookie)
+    return response
+
+
 def message(ctx: WebContext, title: str, text: str, status: int, **extra: Any) -> HTMLResponse:
     """A page with a title and one paragraph of text."""
     return page(ctx, "message.html", status, title=title, text=text, **extra)
@@ -110,7 +121,6 @@ def _subscribe_form(
     values: dict[str, Any] | None = None,
 ) -> HTMLResponse:
     settings = ctx.config.settings
-    cookie = csrf_cookie_value(request)
     v = {
         "email": "",
         "topics": [],
@@ -118,8 +128,9 @@ def _subscribe_form(
         "send_hour": settings.schedule.send_hour,
         **(values or {}),
     }
-    response = page(
+    return form_page(
         ctx,
+        request,
         "subscribe.html",
         status,
         topics=settings.topics,
@@ -127,11 +138,8 @@ def _subscribe_form(
         values=v,
         error=error,
         field=field,
-        csrf=csrf_field(ctx.service.tokens, cookie),
         honeypot=HONEYPOT,
     )
-    set_csrf_cookie(request, response, cookie)
-    return response
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -255,10 +263,10 @@ def _manage_form(
     own_done: str | None = None,
     own_form: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    cookie = csrf_cookie_value(request)
     editor = own_editor(ctx)
-    response = page(
+    return form_page(
         ctx,
+        request,
         "manage.html",
         status,
         own_on=editor.on,
@@ -277,12 +285,9 @@ def _manage_form(
         saved=saved,
         error=error,
         default_hour=ctx.config.settings.schedule.send_hour,
-        csrf=csrf_field(ctx.service.tokens, cookie),
         votes=_feedback(ctx).votes(sub),
         undone=undone,
     )
-    set_csrf_cookie(request, response, cookie)
-    return response
 
 
 OWN_DONE = {

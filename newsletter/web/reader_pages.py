@@ -22,14 +22,19 @@ from newsletter.subscribe import Outcome
 from newsletter.subscribe.votes import Ballot, DigestVote, FeedbackError, VoteLinks
 from newsletter.web.archive import render_sent_edition
 from newsletter.web.context import WebContext
-from newsletter.web.pages import Ctx, _feedback, _stale_form, message, page, token_problem
+from newsletter.web.pages import (
+    Ctx,
+    _feedback,
+    _stale_form,
+    form_page,
+    message,
+    page,
+    token_problem,
+)
 from newsletter.web.security import (
     CSP_DIGEST,
     CSRF_FIELD,
-    csrf_cookie_value,
-    csrf_field,
     csrf_ok,
-    set_csrf_cookie,
 )
 
 log = logging.getLogger(__name__)
@@ -60,9 +65,9 @@ def _feedback_page(
     status: int = 200,
 ) -> HTMLResponse:
     assert ballot.subscriber is not None
-    cookie = csrf_cookie_value(request)
-    response = page(
+    return form_page(
         ctx,
+        request,
         name,
         status,
         token=_path(link),
@@ -72,10 +77,7 @@ def _feedback_page(
         address=masked_address(ballot.subscriber.email),  # the link may be a forwarded one
         links=ctx.service.links_as_of(ballot.subscriber, ballot.request.signed),
         mail_links=f"/feedback/{_path(link)}/links",
-        csrf=csrf_field(ctx.service.tokens, cookie),
     )
-    set_csrf_cookie(request, response, cookie)
-    return response
 
 
 def _vote(request: Request, token: str, paper_id: int, vote: str) -> DigestVote:
@@ -299,16 +301,13 @@ def archive_view_links(token: str, request: Request, ctx: WebContext = Ctx) -> H
         ctx.service.view_for(token)
     except TokenError as e:
         return token_problem(ctx, e, "view-in-browser")
-    cookie = csrf_cookie_value(request)
-    response = page(
+    return form_page(
         ctx,
+        request,
         "mail_links.html",
         action=f"/archive/view/{token}/links",
         days=MAX_AGE[Purpose.MANAGE].days,
-        csrf=csrf_field(ctx.service.tokens, cookie),
     )
-    set_csrf_cookie(request, response, cookie)
-    return response
 
 
 @router.post("/archive/view/{token}/links", response_class=HTMLResponse)
