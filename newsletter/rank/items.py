@@ -84,8 +84,7 @@ class PoolOrders(Mapping[str, ItemsInOrder]):
     """Topic → its items in the order the pick merges (:class:`ItemsInOrder`), made on first
     use: a run has a list per reader's own topic, and each is read once."""
 
-    def __init__(self, items: RankedItems, orders: Mapping[str, Any]) -> None:
-        # orders: lists, or arrays (readers' own topics) made lists when first read
+    def __init__(self, items: RankedItems, orders: Mapping[str, list[int]]) -> None:
         self._items = items
         self._orders = orders
         self._made: dict[str, ItemsInOrder] = {}
@@ -93,9 +92,7 @@ class PoolOrders(Mapping[str, ItemsInOrder]):
     def __getitem__(self, name: str) -> ItemsInOrder:
         found = self._made.get(name)
         if found is None:
-            order = self._orders[name]
-            order = order.tolist() if isinstance(order, np.ndarray) else order
-            found = self._made[name] = ItemsInOrder(self._items, name, order)
+            found = self._made[name] = ItemsInOrder(self._items, name, self._orders[name])
         return found
 
     def __iter__(self) -> Iterator[str]:

@@ -22,11 +22,11 @@ How a paper scores for a row (``docs/topics.md`` says the same for operators):
   comments, upvotes per hour, extra sources, saturating) and at least ``0.9`` (age, half of it
   after 3 days), so a paper with 39 % more relevance always ranks first. A paper with zero
   relevance scores zero whatever its upvotes.
-* **Meaning** (semantic ranking, :func:`fuse`): the similarity of sentence embeddings adds to a
+* **Meaning** (semantic ranking, :func:`fuse_all`): the similarity of sentence embeddings adds to a
   topic's keyword relevance and admits strong matches on meaning alone.
 
 :func:`score_block` is the general scorer (any rows, in blocks); :func:`filter_masks`,
-:func:`fuse` and :func:`reader_scores` are the parts the run's ranker
+:func:`fuse_all` and :func:`reader_scores` are the parts the run's ranker
 (:class:`~newsletter.rank.ranker.Ranker`) adds around it.
 """
 
@@ -205,14 +205,10 @@ class Fused:
 
     relevance: FloatArray
     """The fused relevance, in units of each topic's best keyword relevance today."""
-    words: FloatArray
-    """The keyword part of it (``alpha`` × keyword relevance)."""
     meant: FloatArray
     """The meaning part of it."""
     admitted: BoolArray
     """The candidates: keyword matches and strong matches on meaning (each passing filters)."""
-    share: FloatArray
-    """Per paper, the similarity's share of the way from the day's median to 1 (0..1)."""
 
 
 def _sample(a: npt.NDArray[Any], size: int) -> npt.NDArray[Any]:
@@ -324,10 +320,8 @@ def fuse_all(
     admitted &= keep
     return Fused(
         relevance=fused * scale * keep,
-        words=a * relevance * admitted,
         meant=(1.0 - a) * share * scale * admitted,
         admitted=admitted,
-        share=share,
     )
 
 

@@ -2,18 +2,19 @@
 
 Pure NumPy over unit vectors (:class:`~newsletter.semantic.vectors.Semantic`): no model here.
 
-* A topic's query is its text's vector moved towards its ``like:`` papers (Rocchio's
-  ``q = α·q0 + β·mean(liked)``), and a reader's profile is their votes' Rocchio vector
-  ``β·mean(more) − γ·mean(less)``, whose evidence adds to the topic's (as the tf-idf profiles
-  add to keyword relevance), with the textbook α = 1, β = 0.75, γ = 0.15 (Manning, Raghavan &
-  Schütze, *Introduction to Information Retrieval*, §9.1.1).
+* A topic's query is the centroid of its keyword entries' vectors (or its text's vector)
+  moved towards its ``like:`` papers (Rocchio's ``q = α·q0 + β·mean(liked)``); a reader's
+  votes move it further for that reader (``+ β·mean(more) − γ·mean(less)``), with the
+  textbook α = 1, β = 0.75, γ = 0.15 (Manning, Raghavan & Schütze, *Introduction to
+  Information Retrieval*, §9.1.1).
 * Cosine similarities of a day's papers with a query sit around a typical value (most papers
   are about something else) with a few far above it. :func:`evidence` measures how far above:
   the median is the typical paper, 1.4826 × the median absolute deviation its spread (a robust
   standard deviation: Leys et al. 2013, "Detecting outliers: do not use standard deviation
   around the mean, use absolute deviation around the median"). A paper at least
   ``STRONG_Z`` such deviations above the median is a strong match on meaning alone; the
-  similarity's share of the way from the median to 1 is what it adds to relevance.
+  similarity's share of the way from the median to 1 is what it adds to relevance
+  (:func:`newsletter.rank.score.meaning_parts` does the same for many rows at once).
 """
 
 from __future__ import annotations
@@ -177,10 +178,6 @@ class MeaningSpace:
         if rows.stop is not None and rows.stop <= self.dense_rows:
             self.similarity[rows] = found
         return found
-
-    def topic(self, i: int) -> Evidence:
-        """The day's papers against topic ``i``'s query."""
-        return evidence(self.row_similarity(i))
 
     def like_similarity(self, i: int) -> FloatArray:
         """Cosines of topic ``i``'s ``like:`` papers with its query (empty without any)."""
