@@ -11,6 +11,7 @@ multiplies these with the compiled rules.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -276,3 +277,18 @@ class PaperIndex:
     def n_papers(self) -> int:
         """How many papers the index holds."""
         return len(self.papers)
+
+    @functools.cached_property
+    def groups_t(self) -> tuple[Any, Any]:
+        """groups × papers in float32: each group's BM25F relevance, and its evidence points
+        (readers' own topics' keyword sums, :mod:`newsletter.rank.own_rows`): dense arrays
+        while small (as ``boosted_t``), else CSR."""
+        if isinstance(self.points_t, np.ndarray):
+            return (
+                np.ascontiguousarray(self.weights.T.toarray(), dtype=np.float32),
+                self.points_t,
+            )
+        return (
+            sp.csr_matrix(self.weights.T, dtype=np.float32),
+            sp.csr_matrix(self.evidence.T, dtype=np.float32),
+        )

@@ -7,7 +7,10 @@ reorder the topics they touch for that reader alone (:meth:`Ranker.reader_items`
 
 Pure: topics, papers, example papers, vectors and ``now`` in; ranked items out. The parts are
 the rules (:mod:`.rules`), the paper index (:mod:`.index`), the scorer and fusion with meaning
-(:mod:`.score`), reader profiles (:mod:`.profiles`) and explanations (:mod:`.explain`).
+(:mod:`.score`), readers' own topics by blocks (:mod:`.own_rows`), reader profiles
+(:mod:`.profiles`) and explanations (:mod:`.explain`). One module of about 570 lines: the
+build, the shared lists and each reader's pick all read the same arrays of one class, and
+what could leave (rows, items, listings, own topics' blocks) has.
 """
 
 from __future__ import annotations
@@ -28,12 +31,21 @@ from newsletter.rank.explain import Explainer, Explanation, with_like
 from newsletter.rank.index import Documents, PaperIndex
 from newsletter.rank.items import PoolIds, PoolOrders, RankedItems
 from newsletter.rank.listing import Listing, left_out_ids, union_held, union_size
+from newsletter.rank.own_rows import (
+    OwnDetail,
+    add_block,
+    collection_paused,
+    plain_rows,
+    rank_own_block,
+    ranked_blocks,
+)
 from newsletter.rank.profiles import MAX_VOTES, ProfileSpace, Vote
 from newsletter.rank.rows import ByName, Orders, Rows, block_orders
 from newsletter.rank.rules import Acronyms, Rule, Vocabulary, compile_rules
 from newsletter.rank.score import (
     DEFAULT_FUSION,
     Fusion,
+    RankedRows,
     meaning_parts,
     rank_rows,
     reader_scores,
@@ -45,9 +57,14 @@ if TYPE_CHECKING:
 
 FloatArray = npt.NDArray[np.float64]
 
-OWN_BLOCK = 1024
-"""Readers' own topics are ranked this many rows at a time (a block of float64 rows over
-2,000 papers is 16 MiB), then kept compact (:mod:`.rows`)."""
+OWN_BLOCK_CELLS = 393_216
+"""Readers' own topics are ranked this many topic × paper cells at a time (196 rows over
+2,000 papers: 1.5 MiB per float32 array). Blocks this small stay in the processor's cache and
+in the memory the process already has: 1,024 rows took twice as long on the 2-core machine of
+docs/benchmarks.md, mostly in page faults of fresh 8 MiB arrays."""
+OWN_THREADS = 2
+"""Threads that rank readers' own topics' blocks (at most one per core; one without
+threadpoolctl, which keeps BLAS from taking the cores meanwhile: :func:`ranked_blocks`)."""
 SECTIONS_CACHE = 8192
 """Distinct (topics, relevant exclusions) whose sections a ranker keeps (see ``sections``)."""
 
@@ -60,6 +77,7 @@ class Ranker:
     recency; ``left_out`` counts the matches that did not make it.
     """
 
+    @collection_paused
     def __init__(
         self,
         topics: Sequence[TopicSettings],
@@ -76,7 +94,8 @@ class Ranker:
         lexical and profiles are tf-idf."""
         self.now = now
         # The operator's topics first (dense rows), then readers' own (compact rows).
-        perm = sorted(range(len(topics)), key=lambda i: is_own_topic(topics[i].name))
+        mine = [is_own_topic(t.name) for t in topics]
+        perm = sorted(range(len(topics)), key=mine.__getitem__)
         if perm != list(range(len(topics))):
             topics = [topics[i] for i in perm]
             if semantic is not None:
@@ -85,7 +104,8 @@ class Ranker:
                     topics=semantic.topics[perm],
                     keywords=tuple(semantic.keywords[i] for i in perm) if semantic.keywords else (),
                 )
-        self.n_shared = sum(1 for t in topics if not is_own_topic(t.name))
+        mine = sorted(mine)
+        self.n_shared = mine.count(False)
         """The operator's topics: rows ``0 .. n_shared - 1``; readers' own topics follow."""
         self.topics: dict[str, TopicSettings] = {t.name: t for t in topics}
         self._order = {t.name: i for i, t in enumerate(topics)}
@@ -115,40 +135,72 @@ class Ranker:
                 {p.key: p.title for p in (*examples, *self.index.papers)},
                 semantic.keywords,
                 query=fusion.query,
-                own=[is_own_topic(t.name) for t in topics],
+                own=mine,
                 dense_rows=self.n_shared,
             )
-        if self._likes or examples:
-            self.space = ProfileSpace(
-                docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
+        n_own = len(topics) - self.n_shared
+        step = max(16, OWN_BLOCK_CELLS // max(n, 1))
+        slices = [
+            slice(start, min(len(topics), start + step))
+            for start in range(self.n_shared, len(topics), step)
+        ]
+        own_blocks, stop = (
+            ranked_blocks(
+                slices,
+                lambda sl: self._block(topics, sl, own=True),
+                lambda sl, block: self._record(topics, sl, block),
+                threads=OWN_THREADS
+                if self.meaning is not None and all(plain_rows(self.queries, sl) for sl in slices)
+                else 1,
             )
-        self._key_rank = np.argsort(np.argsort([p.key for p in self.index.papers], kind="stable"))
-        self._scale: dict[str, float] = {}
-        self._liked: dict[str, FloatArray] = {}
-        self.best: dict[str, float] = {}
-        self.left_out: dict[str, int] = {}
-        """Per topic, matches not shown: passing mentions, or far below the day's best."""
-        shared = self._rank_rows(topics, slice(0, self.n_shared))
-        self.scores = Rows(shared["scores"], n)
-        """topics × papers: relevance × trending × recency of what a topic shows (else 0)."""
-        self._relevance = Rows(shared["relevance"], n)
-        self._lexical = Rows(shared["lexical"], n)
-        """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
-        self._passes = Rows(shared["passes"], n, fill=True)
-        self._meant_rows = Rows(shared["meant"], n)
-        self._admitted_rows = Rows(shared["admitted"], n)
-        shown: dict[str, list[int]] = {}
-        pool: dict[str, list[int]] = {}
-        self._orders_for(topics, slice(0, self.n_shared), shared["scores"], shown, pool)
-        for start in range(self.n_shared, len(topics), OWN_BLOCK):
-            sl = slice(start, min(len(topics), start + OWN_BLOCK))
-            block = self._rank_rows(topics, sl)
-            self.scores.add(block["scores"])
-            self._relevance.add(block["relevance"])
-            self._lexical.add(block["lexical"])
-            self._passes.add(block["passes"])
-            self._meant_rows.add(block["meant"])
-            self._admitted_rows.add(block["admitted"])
+            if n_own
+            else (iter(()), None)
+        )
+        try:  # the own topics' threads run meanwhile; stopped if anything here fails
+            if self._likes or examples:
+                self.space = ProfileSpace(
+                    docs, [*examples, *(p for p in self.index.papers if p.key in wanted)]
+                )
+            self._key_rank = np.argsort(
+                np.argsort([p.key for p in self.index.papers], kind="stable")
+            )
+            self._scale: dict[str, float] = {}
+            self._liked: dict[str, FloatArray] = {}
+            self.best: dict[str, float] = {}
+            self.left_out: dict[str, int] = {}
+            """Per topic, matches not shown: passing mentions, or far below the day's best."""
+            shared = self._rank_rows(topics, slice(0, self.n_shared))
+            self._topic_list = list(topics)
+            detail = OwnDetail(self._own_row)
+            self.scores = Rows(shared["scores"], n)
+            """topics × papers: relevance × trending × recency of what a topic shows (else 0)."""
+            self._relevance = Rows(shared["relevance"], n, detail=lambda i: detail(i, "relevance"))
+            self._lexical = Rows(shared["lexical"], n, detail=lambda i: detail(i, "lexical"))
+            """topics × papers: keyword, author and category relevance (passing mentions at 0)."""
+            self._passes = Rows(
+                shared["passes"], n, fill=True, detail=lambda i: detail(i, "passes")
+            )
+            self._meant_rows = Rows(shared["meant"], n, detail=lambda i: detail(i, "meant"))
+            self._admitted_rows = Rows(
+                shared["admitted"], n, detail=lambda i: detail(i, "admitted")
+            )
+            shown: dict[str, list[int]] = {}
+            pool: dict[str, list[int]] = {}
+            self._orders_for(topics, slice(0, self.n_shared), shared["scores"], shown, pool)
+        except BaseException:
+            if stop is not None:
+                stop()
+            raise
+        for block in own_blocks:
+            add_block(
+                block,
+                self.scores,
+                self._relevance,
+                self._lexical,
+                self._passes,
+                self._meant_rows,
+                self._admitted_rows,
+            )
         self._meant = ByName(self._meant_rows, self._order) if self.meaning else {}
         """Per topic (semantic ranking): what meaning adds to each paper's relevance."""
         self._admitted = ByName(self._admitted_rows, self._order) if self.meaning else {}
@@ -174,9 +226,16 @@ class Ranker:
 
         def order_of(digits: int) -> Callable[[str], list[int]]:
             def order(name: str) -> list[int]:  # readers' own topics: only when looked at
-                row = self.scores[self._order[name]]
-                found: list[int] = block_orders(row[None, :], keys, digits)[0].tolist()
-                return found
+                held = self.scores.stored(self._order[name])
+                if held is None:
+                    row = self.scores[self._order[name]]
+                    found: list[int] = block_orders(row[None, :], keys, digits)[0].tolist()
+                    return found
+                cols, values = held
+                cols = cols[values > 0]
+                values = np.round(values[values > 0], digits)
+                by_score: list[int] = cols[np.lexsort((keys[cols], -values))].tolist()
+                return by_score
 
             return order
 
@@ -193,10 +252,20 @@ class Ranker:
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
 
-    def _rank_rows(self, topics: Sequence[TopicSettings], sl: slice) -> dict[str, Any]:
-        """Rows ``sl`` of every topics × papers array (:func:`rank_rows`), and each of their
-        topics' scale, best and ``left_out``."""
-        block = rank_rows(
+    def _rank_rows(
+        self, topics: Sequence[TopicSettings], sl: slice, *, own: bool = False
+    ) -> dict[str, Any]:
+        """Rows ``sl`` of every topics × papers array (:func:`rank_rows`; readers' own topics
+        with vectors: :func:`rank_own_block`, their lists only), and each of their topics'
+        scale, best and ``left_out``."""
+        return self._record(topics, sl, self._block(topics, sl, own=own))
+
+    def _block(self, topics: Sequence[TopicSettings], sl: slice, *, own: bool) -> RankedRows:
+        if own and self.meaning is not None and plain_rows(self.queries, sl):
+            return rank_own_block(
+                self.queries, self.index, topics[sl], sl, self.meaning, self.fusion
+            )
+        return rank_rows(
             self.queries,
             self.index,
             topics[sl],
@@ -206,6 +275,10 @@ class Ranker:
             self.space,
             self._likes,
         )
+
+    def _record(
+        self, topics: Sequence[TopicSettings], sl: slice, block: RankedRows
+    ) -> dict[str, Any]:
         for topic, scale, best, out in zip(
             topics[sl], block.scale, block.best, block.left_out, strict=True
         ):
@@ -213,6 +286,21 @@ class Ranker:
             self.best[topic.name] = best
             self.left_out[topic.name] = out
         self._liked.update(block.liked)
+        return block.arrays
+
+    def _own_row(self, i: int) -> dict[str, Any]:
+        """Every array of a reader's own topic's row ``i``, made again (:func:`rank_own_block`
+        with ``full``: the same numbers as its list)."""
+        assert self.meaning is not None  # only rows ranked by rank_own_block are partial
+        block = rank_own_block(
+            self.queries,
+            self.index,
+            self._topic_list[i : i + 1],
+            slice(i, i + 1),
+            self.meaning,
+            self.fusion,
+            full=True,
+        )
         return block.arrays
 
     def _orders_for(

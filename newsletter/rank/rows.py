@@ -9,6 +9,7 @@ over 2,000 papers take megabytes, not gigabytes. :class:`Rows` reads either as a
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -25,19 +26,37 @@ class Rows:
     a new array for a sparse one). ``fill``: the value of what a sparse row does not store
     (``True`` for a filter mask that holds its failures)."""
 
-    def __init__(self, dense: npt.NDArray[Any], n_papers: int, *, fill: bool = False) -> None:
+    def __init__(
+        self,
+        dense: npt.NDArray[Any],
+        n_papers: int,
+        *,
+        fill: bool = False,
+        detail: Callable[[int], npt.NDArray[Any]] | None = None,
+    ) -> None:
         self.dense = dense
         self.n_papers = n_papers
         self._fill = fill
+        self._detail = detail
         self._starts: list[int] = []
         self._blocks: list[sp.csr_matrix] = []
+        self._partial: list[bool] = []
         self._size = len(dense)
 
-    def add(self, block: npt.NDArray[Any]) -> None:
-        """The next rows, kept sparse (a mask with ``fill`` keeps where it differs)."""
+    def add(self, block: Any, *, partial: bool = False) -> None:
+        """The next rows, kept sparse (a mask with ``fill`` keeps where it differs); a block
+        already sparse is kept as it is. ``partial``: the block holds some of its rows'
+        values (a sparse block, on the papers a topic shows); the whole row, and any other
+        value, is ``detail(i)`` (made again when asked)."""
+        if partial and self._detail is None:
+            raise ValueError("a partial block needs rows' detail")
         self._starts.append(self._size)
-        self._blocks.append(sp.csr_matrix(block != self._fill if self._fill else block))
-        self._size += len(block)
+        if sp.issparse(block):
+            self._blocks.append(sp.csr_matrix(block))
+        else:
+            self._blocks.append(sp.csr_matrix(block != self._fill if self._fill else block))
+        self._partial.append(partial)
+        self._size += block.shape[0]
 
     def __len__(self) -> int:
         return self._size
@@ -46,7 +65,10 @@ class Rows:
         if i < len(self.dense):
             row: npt.NDArray[Any] = self.dense[i]
             return row
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        k = bisect.bisect_right(self._starts, i) - 1
+        if self._partial[k]:
+            assert self._detail is not None
+            return self._detail(i)
         block = self._blocks[k]
         r = i - self._starts[k]
         lo, hi = block.indptr[r], block.indptr[r + 1]
@@ -58,17 +80,33 @@ class Rows:
         out[block.indices[lo:hi]] = block.data[lo:hi]
         return out
 
+    def stored(self, i: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[Any]] | None:
+        """Row ``i``'s stored papers and values, when it is a sparse row that holds all of its
+        values (None for a dense or partial row)."""
+        if i < len(self.dense) or self._fill:
+            return None
+        k = bisect.bisect_right(self._starts, i) - 1
+        if self._partial[k]:
+            return None
+        block = self._blocks[k]
+        r = i - self._starts[k]
+        lo, hi = block.indptr[r], block.indptr[r + 1]
+        return block.indices[lo:hi], block.data[lo:hi]
+
     def at(self, i: int, j: int) -> Any:
         """Row ``i``'s value for paper ``j`` (a sparse row is searched, not made dense)."""
         if i < len(self.dense):
             return self.dense[i, j]
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        k = bisect.bisect_right(self._starts, i) - 1
         block = self._blocks[k]
         r = i - self._starts[k]
         lo, hi = block.indptr[r], block.indptr[r + 1]
         cols = block.indices[lo:hi]
-        at = int(np.searchsorted(cols, j))
+        at = int(cols.searchsorted(j))
         held = at < len(cols) and cols[at] == j
+        if not held and self._partial[k]:
+            assert self._detail is not None
+            return self._detail(i)[j]
         if self._fill:
             return not held
         return block.data[lo + at] if held else block.dtype.type(0)

@@ -39,7 +39,9 @@ Group = tuple[str, ...]
 
 
 def _groups(entries: Iterable[str | list[str]]) -> tuple[Group, ...]:
-    return tuple((e,) if isinstance(e, str) else tuple(e) for e in entries)
+    if not entries:
+        return ()
+    return tuple([(e,) if type(e) is str else tuple(e) for e in entries])
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,18 +280,30 @@ def _compile_each(rules: Sequence[Rule], v: Vocabulary) -> Queries:
             gid = known[g] = v.group(g)
         return gid
 
+    # Per group: its acronym variants' terms and its own aliases' terms (both fixed for a run).
+    variants: dict[Group, tuple[frozenset[int], frozenset[int]]] = {}
+
+    def variants_of(g: Group) -> tuple[frozenset[int], frozenset[int]]:
+        found = variants.get(g)
+        if found is None:
+            found = variants[g] = (
+                frozenset(t for a in g for t in v.variant_terms(a)),
+                frozenset(t for a in g for t in v.alias_terms(a)),
+            )
+        return found
+
     for rule in rules:
         group = plain
-        if expanding:
+        if expanding and any(variants_of(g)[0] for g in (*rule.keywords, *rule.required)):
             # Terms the rule's entries name themselves: an acronym variant never adds them twice.
-            own = frozenset(
-                t for g in (*rule.keywords, *rule.required) for a in g for t in v.alias_terms(a)
-            )
+            own = frozenset().union(*(variants_of(g)[1] for g in (*rule.keywords, *rule.required)))
 
             def group(g: Group, own: frozenset[int] = own) -> int:
-                if not any(v.variant_terms(a) for a in g):
-                    return plain(g)  # no acronym variants: nothing can count twice
-                return v.group(g, taken=own - {t for a in g for t in v.alias_terms(a)})
+                extra, mine = variants_of(g)
+                clash = (extra & own) - mine  # variants another entry of the rule names itself
+                if not clash:
+                    return plain(g)  # the group with all its variants, as in any other rule
+                return v.group(g, taken=clash)
 
         kw_groups = [group(g) for g in rule.keywords]
         if rule.required:

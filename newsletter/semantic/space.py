@@ -110,20 +110,28 @@ class MeaningSpace:
         self.labels = dict(labels)
         self.likes = [tuple(k for k in keys if k in self.examples) for keys in likes]
         self.keywords = list(keywords) or [{} for _ in range(len(topics))]
-        starts = [
-            unit(np.mean(list(self.keywords[i].values()), axis=0).astype(np.float32))
-            if query == "keywords" and self.keywords[i] and not (i < len(own) and own[i])
-            else topics[i]
-            for i in range(len(topics))
-        ]
-        self.queries = (
-            np.stack([self._rocchio(starts[i], self.likes[i], ()) for i in range(len(topics))])
-            if len(topics)
-            else np.zeros((0, papers.shape[1]), dtype=np.float32)
-        )
-        self.initial = self.queries.copy()
-        """Each topic's query before pseudo-relevance feedback (:meth:`feedback`)."""
+        # A query is its start moved towards its like: papers, made unit; thousands of rows
+        # (readers' own topics) start from their text's vector and have none: one operation.
+        self.queries = np.array(topics, dtype=np.float32).reshape(len(topics), papers.shape[1])
+        plain = np.ones(len(topics), dtype=bool)
+        for i in range(len(topics)):
+            centroid = query == "keywords" and self.keywords[i] and not (i < len(own) and own[i])
+            if centroid or self.likes[i]:
+                start = (
+                    unit(np.mean(list(self.keywords[i].values()), axis=0).astype(np.float32))
+                    if centroid
+                    else topics[i]
+                )
+                self.queries[i] = self._rocchio(start, self.likes[i], ())
+                plain[i] = False
+        if plain.any():
+            norms = np.sqrt(np.einsum("ij,ij->i", self.queries, self.queries))[:, None]
+            norms = np.where(norms > 1e-12, norms, 1.0).astype(np.float32)
+            np.divide(self.queries, norms, out=self.queries, where=plain[:, None])
         self.dense_rows = len(self.queries) if dense_rows is None else dense_rows
+        self.initial = self.queries[: self.dense_rows].copy()
+        """The dense rows' queries before pseudo-relevance feedback (:meth:`feedback`); the
+        other rows get none."""
         self.similarity: FloatArray = self.queries[: self.dense_rows] @ papers.T
         """The first ``dense_rows`` topics × papers cosines (after :meth:`feedback`, with the
         expanded queries)."""
@@ -192,7 +200,8 @@ class MeaningSpace:
         γ·mean(less)``); None when none of the votes is on a known paper."""
         if not any(k in self.examples for k in (*more, *less)):
             return None
-        return self._rocchio(self.initial[i], more, less)
+        start = self.initial[i] if i < len(self.initial) else self.queries[i]
+        return self._rocchio(start, more, less)
 
     def closest(self, keys: Sequence[str], j: int) -> str | None:
         """Of ``keys`` (example papers), the one most similar to paper ``j``."""

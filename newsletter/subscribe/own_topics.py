@@ -24,7 +24,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from newsletter.config import Config, OwnTopicsSettings, TopicSettings
 from newsletter.errors import SubscriberError
@@ -148,12 +148,23 @@ def own_topic_settings(own: OwnTopic) -> TopicSettings:
 
     Built without the config's validation: the name has a dot on purpose (no operator topic can
     be called that), and the sentence's words passed :func:`check_sentence`."""
-    return TopicSettings.model_construct(
-        name=own.name,
-        title=own.text,
-        keywords=content_words(own.text),
-        like=list(own.examples),
+    fields = _topic_defaults()
+    fields.update(
+        name=own.name, title=own.text, keywords=content_words(own.text), like=list(own.examples)
     )
+    return TopicSettings.model_construct(
+        _fields_set={"name", "title", "keywords", "like"}, **fields
+    )
+
+
+def _topic_defaults() -> dict[str, Any]:
+    """Every field of a topic at its default (fresh lists): ``model_construct`` given them all
+    takes microseconds, but looks each missing default's factory's signature up again, which
+    made 30,000 own topics cost 27 s."""
+    return {
+        name: field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        for name, field in TopicSettings.model_fields.items()
+    }
 
 
 def own_texts(text: str) -> list[str]:
