@@ -18,6 +18,7 @@ paper's own words.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,12 @@ def _at(rows: Mapping[str, Any], name: str, j: int) -> float:
     """``rows[name][j]``, without making the whole row when ``rows`` can say one value."""
     at = getattr(rows, "at", None)
     return float(at(name, j)) if at is not None else float(rows[name][j])
+
+
+@functools.lru_cache(maxsize=4096)
+def _tokens(label: str) -> tuple[str, ...]:
+    """A term's label as tokens (labels repeat: a topic's keywords, over many papers)."""
+    return tuple(tokenize(label))
 
 
 def _within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
@@ -354,10 +361,14 @@ class Explainer:
                     break
             terms.append((field, label, float(row_w[gid]), pos))
         terms.sort(key=lambda t: (-round(t[2], 9), t[3]))
-        wanted = {author_key(a) for a in rule.authors}
-        authors = tuple(a for a in paper.authors if author_key(a) in wanted)
-        paper_cats = {category_key(c) for c in paper.categories}
-        cats = tuple(c for c in rule.categories if category_key(c) in paper_cats)
+        authors: tuple[str, ...] = ()
+        if rule.authors:
+            wanted = {author_key(a) for a in rule.authors}
+            authors = tuple(a for a in paper.authors if author_key(a) in wanted)
+        cats: tuple[str, ...] = ()
+        if rule.categories:
+            paper_cats = {category_key(c) for c in paper.categories}
+            cats = tuple(c for c in rule.categories if category_key(c) in paper_cats)
         weak = bool(terms) and 0 < evidence < MIN_EVIDENCE
         relevance = (0.0 if weak else sum(t[2] for t in terms)) + AUTHOR_SCORE * len(authors)
         if self.queries.category_only[i] and cats:
@@ -407,8 +418,8 @@ class Explainer:
         parts: list[str] = []
         shown: list[tuple[str, str]] = []
         for field, label, _ in ex.terms:
-            words = tuple(tokenize(label))
-            if any(_within(words, tuple(tokenize(other))) for _, other in shown):
+            words = _tokens(label)
+            if any(_within(words, _tokens(other)) for _, other in shown):
                 continue  # "serving" says nothing more than "LLM serving" already did
             shown.append((field, label))
             if len(shown) == 3:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from newsletter.models import DigestItem, Paper
 
 
@@ -30,7 +28,7 @@ class RankedItems(Mapping[str, tuple[DigestItem, ...]]):
         found = self._made.get((topic_name, j))
         if found is None:
             r = self._ranker
-            score = float(np.round(r.scores.at(r._order[topic_name], j), 6))
+            score = round(float(r.scores.at(r._order[topic_name], j)) * 1e6) / 1e6  # np.round(x, 6)
             reason = r.explainer.cached_reason(topic_name, j)
             found = DigestItem(r.index.papers[j], topic_name, score, reason)
             self._made[topic_name, j] = found
