@@ -200,8 +200,8 @@ def subscribers_import(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
-    """Show one subscriber with their consent record (when, how, from where they agreed) and
-    their "more/less like this" votes."""
+    """Show one subscriber with their consent record (when, how, from where they agreed),
+    their "more/less like this" votes and the topics they wrote themselves."""
     from newsletter.bounces import report as bounce_report
     from newsletter.subscriber_lists.export import subscriber_record
 
@@ -213,7 +213,7 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     for key, value in data.items():
-        if key in ("consent", "votes", "bounces"):
+        if key in ("consent", "votes", "own_topics", "bounces"):
             continue
         text = ", ".join(value) if isinstance(value, list) else ("" if value is None else value)
         click.echo(strip_controls(f"{key:>10}: {text}"))
@@ -230,5 +230,9 @@ def subscribers_show(obj: Context, email: str, as_json: bool) -> None:
         click.echo(
             strip_controls(f"            {kind} {v.paper_key}  {v.title}  ({v.created_at.date()})")
         )
+    click.echo("own topics:" + ("" if record.own_topics else " (none)"))
+    for t in record.own_topics:
+        like = f"  like: {' '.join(t.examples)}" if t.examples else ""
+        click.echo(strip_controls(f"            {t.position}. {t.text}{like}"))
     for line in bounce_report.subscriber_lines(record.bounce_score, record.bounce_history):
         click.echo(strip_controls(line))

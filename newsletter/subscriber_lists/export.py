@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from newsletter.bounces import report as bounce_report
-from newsletter.models import Subscriber, SubscriberStatus, Vote
+from newsletter.models import OwnTopic, Subscriber, SubscriberStatus, Vote
 from newsletter.store import Store
 from newsletter.store.bounces import BounceRecord, BounceScore
 
@@ -29,9 +29,12 @@ CSV_FIELDS = (
     "created",
     "confirmed",
     "votes",
+    "own_topics",
 )
 """The export's header row. ``votes``: the reader's "more/less like this" votes, ``+KEY`` or
-``-KEY``, separated by spaces (import ignores the column)."""
+``-KEY``, separated by spaces; ``own_topics``: the topics they wrote themselves, in their order,
+each ``sentence [like: KEY KEY]``, separated by `` | `` (import ignores both columns: a
+reader's words and votes are theirs to give again)."""
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -68,7 +71,17 @@ def votes_text(votes: Sequence[Vote]) -> str:
     return " ".join(f"{'+' if v.more else '-'}{v.paper_key}" for v in votes)
 
 
-def csv_row(sub: Subscriber, votes: Sequence[Vote] = ()) -> list[str | int]:
+def own_topics_text(topics: Sequence[OwnTopic]) -> str:
+    """A reader's own topics as the ``own_topics`` column holds them."""
+    return " | ".join(
+        t.text + (f" [like: {' '.join(t.examples)}]" if t.examples else "")
+        for t in sorted(topics, key=lambda t: t.position)
+    )
+
+
+def csv_row(
+    sub: Subscriber, votes: Sequence[Vote] = (), own: Sequence[OwnTopic] = ()
+) -> list[str | int]:
     """One subscriber as an export row, in the order of :data:`CSV_FIELDS`."""
     return [
         sub.email,
@@ -81,16 +94,19 @@ def csv_row(sub: Subscriber, votes: Sequence[Vote] = ()) -> list[str | int]:
         sub.created.isoformat(),
         sub.confirmed.isoformat() if sub.confirmed else "",
         votes_text(votes),
+        own_topics_text(own),
     ]
 
 
 def csv_rows(store: Store, status: SubscriberStatus | None = None) -> Iterator[list[str | int]]:
     """Every subscriber (only those with ``status``, when given) as export rows, header
-    excluded, with their votes."""
+    excluded, with their votes and own topics."""
     for batch in store.iter_subscribers(status):
-        votes = store.votes_for([s.id for s in batch])
+        ids = [s.id for s in batch]
+        votes = store.votes_for(ids)
+        own = store.own_topics_of(ids)
         for s in batch:
-            yield csv_row(s, votes.get(s.id, ()))
+            yield csv_row(s, votes.get(s.id, ()), own.get(s.id, ()))
 
 
 def write_csv(store: Store, out: TextIO, status: SubscriberStatus | None = None) -> int:
@@ -107,7 +123,7 @@ def write_csv(store: Store, out: TextIO, status: SubscriberStatus | None = None)
 
 @dataclass(frozen=True)
 class SubscriberRecord:
-    """One subscriber with what is kept about them: consent, votes, bounces."""
+    """One subscriber with what is kept about them: consent, votes, own topics, bounces."""
 
     subscriber: Subscriber
     consent: dict[str, Any]
@@ -117,6 +133,8 @@ class SubscriberRecord:
     """Newest first."""
     bounce_score: BounceScore | None
     bounce_history: list[BounceRecord]
+    own_topics: list[OwnTopic] = field(default_factory=list)
+    """The topics they wrote themselves, in their order."""
 
     @property
     def consent_history(self) -> list[dict[str, Any]]:
@@ -148,16 +166,27 @@ class SubscriberRecord:
                 }
                 for v in self.votes
             ],
+            "own_topics": [
+                {
+                    "n": t.position,
+                    "text": t.text,
+                    "like": list(t.examples),
+                    "created": t.created.isoformat(),
+                    "updated": t.updated.isoformat(),
+                }
+                for t in self.own_topics
+            ],
             "bounces": bounce_report.subscriber_json(self.bounce_score, self.bounce_history),
         }
 
 
 def subscriber_record(store: Store, sub: Subscriber) -> SubscriberRecord:
-    """Everything kept about ``sub``: their consent record, votes and bounces."""
+    """Everything kept about ``sub``: their consent record, votes, own topics and bounces."""
     return SubscriberRecord(
         subscriber=sub,
         consent=store.consent_record(sub.id) or {},
         votes=store.votes_of(sub.id),
         bounce_score=store.bounce_score(sub.id),
         bounce_history=store.bounce_history(sub.id),
+        own_topics=sorted(store.own_topics_of([sub.id]).get(sub.id, ()), key=lambda t: t.position),
     )

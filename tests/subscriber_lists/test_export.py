@@ -28,7 +28,8 @@ def _papers(store: Store, *keys: str) -> dict[str, int]:
 
 
 def _people(store: Store) -> None:
-    """Ada (confirmed, hour 8, weekly, two votes), Bob (paused), Cy (unsubscribed)."""
+    """Ada (confirmed, hour 8, weekly, two votes, two own topics), Bob (paused), Cy
+    (unsubscribed)."""
     ids = _papers(store, "2611.00001", "2611.00002")
     ada, _ = store.confirm_subscriber(
         "ada@example.org",
@@ -42,6 +43,10 @@ def _people(store: Store) -> None:
     )
     store.set_vote(ada.id, ids["2611.00001"], 1, "gpu-kernels", NOW)
     store.set_vote(ada.id, ids["2611.00002"], -1, None, NOW.replace(hour=7))
+    store.add_own_topic(ada.id, "decoders for quantum error correction", "h1", (), NOW, limit=3)
+    store.add_own_topic(
+        ada.id, "=diffusion models for protein design", "h2", ("2401.04088",), NOW, limit=3
+    )
     store.add_subscriber("bob@example.org", topics=("rendering",), now=NOW)
     store.set_status("bob@example.org", SubscriberStatus.PAUSED, NOW)
     store.add_subscriber("cy@example.org", topics=("rendering",), now=NOW)
@@ -73,6 +78,12 @@ def test_the_export_has_the_header_and_one_row_per_subscriber_with_votes(store: 
     assert ada["votes"] == "'-2611.00002 +2611.00001"  # newest first; ' : not a formula
     assert (rows[1]["status"], rows[1]["send_hour"], rows[1]["votes"]) == ("paused", "", "")
     assert rows[2]["status"] == "unsubscribed"
+    # Her own topics, in her order, with their example papers.
+    assert ada["own_topics"] == (
+        "decoders for quantum error correction | "
+        "=diffusion models for protein design [like: 2401.04088]"
+    )
+    assert rows[1]["own_topics"] == ""
 
 
 def test_the_export_of_one_status_holds_only_those(store: Store) -> None:
@@ -84,7 +95,8 @@ def test_the_export_of_one_status_holds_only_those(store: Store) -> None:
 
 
 def test_votes_stay_with_their_reader_across_batches(store: Store) -> None:
-    """The store is read a thousand subscribers at a time; votes are looked up per batch."""
+    """The store is read a thousand subscribers at a time; votes and own topics are looked up
+    per batch."""
     people = [
         NewSubscriber(
             email=f"r{i:04d}@example.org",
@@ -103,10 +115,16 @@ def test_votes_stay_with_their_reader_across_batches(store: Store) -> None:
     late = store.get_subscriber("r1203@example.org")
     assert late is not None
     store.set_vote(late.id, ids["2611.00009"], 1, None, NOW)
+    last = store.get_subscriber("r1204@example.org")
+    assert last is not None
+    store.add_own_topic(last.id, "decoders for quantum error correction", "h", (), NOW, limit=3)
     rows = list(csv_rows(store))
     assert len(rows) == 1205
-    voted = {row[0]: row[-1] for row in rows if row[-1]}
+    v, o = CSV_FIELDS.index("votes"), CSV_FIELDS.index("own_topics")
+    voted = {row[0]: row[v] for row in rows if row[v]}
     assert voted == {"r1203@example.org": "+2611.00009"}
+    own = {row[0]: row[o] for row in rows if row[o]}
+    assert own == {"r1204@example.org": "decoders for quantum error correction"}
 
 
 def test_an_export_imports_back_as_the_same_subscribers(
@@ -183,6 +201,7 @@ def test_a_subscribers_record_holds_consent_votes_and_bounces(store: Store) -> N
         "confirmed",
         "consent",
         "votes",
+        "own_topics",
         "bounces",
     ]
     assert (data["email"], data["status"], data["topics"]) == (
@@ -204,6 +223,10 @@ def test_a_subscribers_record_holds_consent_votes_and_bounces(store: Store) -> N
     }
     assert data["bounces"]["events"][0]["kind"] == "complaint"
     assert data["bounces"]["events"][0]["diagnostic"] == "abuse report"
+    assert [(t["n"], t["text"], t["like"]) for t in data["own_topics"]] == [
+        (1, "decoders for quantum error correction", []),
+        (2, "=diffusion models for protein design", ["2401.04088"]),
+    ]
 
 
 def test_a_record_without_consent_or_votes_is_empty_not_missing(store: Store) -> None:
@@ -212,6 +235,7 @@ def test_a_record_without_consent_or_votes_is_empty_not_missing(store: Store) ->
     assert (record.consent, record.consent_history, record.votes) == ({}, [], [])
     data = record.as_json()
     assert (data["consent"], data["votes"], data["confirmed"]) == ({}, [], None)
+    assert (record.own_topics, data["own_topics"]) == ([], [])
     assert data["bounces"] == {
         "score": 0.0,
         "last_bounce": None,

@@ -174,6 +174,17 @@ def test_cli_import_export_show_and_forget(
     shown = json.loads(run(web_config, "subscribers", "show", "ada@example.org", "--json"))
     assert shown["consent"]["how"] == "import" and "meetup" in shown["consent"]["source"]
     assert "people.csv:2" in run(web_config, "subscribers", "show", "ada@example.org")
+    ada = web_store.get_subscriber("ada@example.org")
+    assert ada is not None
+    web_store.add_own_topic(
+        ada.id, "decoders for quantum error correction", "h", ("2401.04088",), NOW, limit=3
+    )
+    shown_text = run(web_config, "subscribers", "show", "ada@example.org")
+    assert "own topics:" in shown_text
+    assert "1. decoders for quantum error correction  like: 2401.04088" in shown_text
+    assert "decoders for quantum error correction [like: 2401.04088]" in run(
+        web_config, "subscribers", "export"
+    )
 
     service.store.hit_rate(
         service._address_key("ada@example.org"), NOW, window=timedelta(days=1), limit=5
@@ -184,3 +195,4 @@ def test_cli_import_export_show_and_forget(
         from sqlalchemy import text
 
         assert conn.execute(text("select count(*) from rate_events")).scalar() == 0
+        assert conn.execute(text("select count(*) from own_topics")).scalar() == 0
