@@ -106,12 +106,12 @@ def test_votes_are_exported_and_erased_with_forget(config_path: Path, tmp_path: 
     out = tmp_path / "subs.csv"
     assert run(config_path, "subscribers", "export", "--out", str(out)).exit_code == 0
     csv_text = out.read_text()
-    assert csv_text.splitlines()[0].endswith(",votes")
+    assert csv_text.splitlines()[0].endswith(",votes,own_topics")
     [row] = [line for line in csv_text.splitlines() if line.startswith("kernels@example.org")]
-    assert row.endswith(f"+{a} -{b}") or row.endswith(f"-{b} +{a}")
+    assert row.endswith(f"+{a} -{b},") or row.endswith(f"-{b} +{a},")  # no own topics
     shown = run(config_path, "subscribers", "show", "kernels@example.org", "--json")
     assert f'"paper": "{a}"' in shown.output and '"vote": "more"' in shown.output
-    # importing the export back elsewhere is not harmed by the extra column
+    # importing the export back elsewhere is not harmed by the extra columns
     assert run(config_path, "subscribers", "import", str(out), "--dry-run").exit_code == 0
 
     assert (
