@@ -144,14 +144,15 @@ class Ranker:
             slice(start, min(len(topics), start + step))
             for start in range(self.n_shared, len(topics), step)
         ]
+        # Own topics (plain rows) with vectors: by blocks, their lists only, on every core.
+        by_blocks = bool(n_own) and self.meaning is not None
+        by_blocks = by_blocks and plain_rows(self.queries, slice(self.n_shared, len(topics)))
         own_blocks, stop = (
             ranked_blocks(
                 slices,
-                lambda sl: self._block(topics, sl, own=True),
+                lambda sl: self._block(topics, sl, own=by_blocks),
                 lambda sl, block: self._record(topics, sl, block),
-                threads=OWN_THREADS
-                if self.meaning is not None and all(plain_rows(self.queries, sl) for sl in slices)
-                else 1,
+                threads=OWN_THREADS if by_blocks else 1,
             )
             if n_own
             else (iter(()), None)
@@ -252,16 +253,15 @@ class Ranker:
         # same sections: picked once, then reused. Bounded; entries are a few references each.
         self._sections: dict[tuple[object, ...], tuple[TopicSection, ...]] = {}
 
-    def _rank_rows(
-        self, topics: Sequence[TopicSettings], sl: slice, *, own: bool = False
-    ) -> dict[str, Any]:
-        """Rows ``sl`` of every topics × papers array (:func:`rank_rows`; readers' own topics
-        with vectors: :func:`rank_own_block`, their lists only), and each of their topics'
-        scale, best and ``left_out``."""
-        return self._record(topics, sl, self._block(topics, sl, own=own))
+    def _rank_rows(self, topics: Sequence[TopicSettings], sl: slice) -> dict[str, Any]:
+        """Rows ``sl`` of every topics × papers array (:func:`rank_rows`), and each of their
+        topics' scale, best and ``left_out``."""
+        return self._record(topics, sl, self._block(topics, sl, own=False))
 
     def _block(self, topics: Sequence[TopicSettings], sl: slice, *, own: bool) -> RankedRows:
-        if own and self.meaning is not None and plain_rows(self.queries, sl):
+        """Rows ``sl`` ranked: by :func:`rank_own_block` when ``own`` (readers' own topics,
+        plain rows, with vectors), else by :func:`rank_rows`."""
+        if own and self.meaning is not None:
             return rank_own_block(
                 self.queries, self.index, topics[sl], sl, self.meaning, self.fusion
             )
